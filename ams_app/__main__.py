@@ -1,0 +1,3 @@
+from ams_app.cli import main
+
+raise SystemExit(main())

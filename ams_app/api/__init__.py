@@ -1,0 +1,1 @@
+"""HTTP layer: parse, authorise, call the service layer, render JSON."""

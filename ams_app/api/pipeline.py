@@ -1,0 +1,114 @@
+"""The checks every route runs before its handler (ams-api.md §0.2), and response helpers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flask import Blueprint, Response, current_app, request
+from werkzeug.routing import BaseConverter
+
+from ams_app import auth
+from ams_app.auth import Caller
+from ams_app.errors import AmsError
+from ams_app.models import Project
+from ams_app.service.core import AmsService
+from ams_app.service.validation import valid_name
+
+JSON_TYPE = "application/json; charset=utf-8"
+
+
+class NameConverter(BaseConverter):
+    """A path segment up to the next ``/`` or ``:`` (the verb separator)."""
+
+    regex = r"[^/:]+"
+
+
+@dataclass
+class Ctx:
+    svc: AmsService
+    caller: Caller
+    project: Project | None
+
+    @property
+    def proj(self) -> Project:
+        assert self.project is not None
+        return self.project
+
+
+def service() -> AmsService:
+    svc: AmsService = current_app.extensions["ams"]
+    return svc
+
+
+def request_token() -> str:
+    return request.headers.get("x-api-key") or request.args.get("key") or ""
+
+
+class Malformed:
+    """Stands for a body that is not JSON. It is no JSON object, so the service layer rejects
+    it with the route's own error, at the point of the route's check order where the body is
+    looked at."""
+
+
+MALFORMED = Malformed()
+
+
+def body() -> Any:
+    """The request body as JSON; None when empty; MALFORMED when it does not parse."""
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return MALFORMED
+
+
+def ok(payload: Any) -> Response:
+    return Response(json.dumps(payload), status=200, content_type=JSON_TYPE)
+
+
+def empty() -> Response:
+    return Response(b"", status=200, content_type=JSON_TYPE)
+
+
+def flag(name: str) -> bool:
+    return request.args.get(name, "").strip().lower() == "true"
+
+
+def authenticate(route: str, view_args: dict[str, str]) -> Ctx:
+    svc = service()
+    for var in sorted(view_args):
+        if not valid_name(view_args[var]):
+            raise AmsError.invalid_name(var)
+    token = request_token()
+    caller = svc.caller_for_token(token)
+    if caller is None:
+        raise AmsError.unauthorized()
+    project: Project | None = None
+    if "project" in view_args and route != "projects:create":
+        project = svc.project(view_args["project"])
+    if caller.user is not None:
+        caller = Caller(caller.user, auth.effective_roles(caller.user, project.uuid if project else None))
+        if not caller.roles:
+            raise AmsError.unauthorized()
+    if not auth.allowed(route, caller):
+        raise AmsError.forbidden()
+    return Ctx(svc, caller, project)
+
+
+def add_route(bp: Blueprint, rule: str, route: str, method: str) -> Callable[[Callable[..., Response]], Any]:
+    """Register ``handler(ctx, **view_args)`` behind the auth pipeline as ``route``."""
+
+    def register(handler: Callable[..., Response]) -> Callable[..., Response]:
+        def view(**view_args: str) -> Response:
+            ctx = authenticate(route, view_args)
+            return handler(ctx, **view_args)
+
+        bp.add_url_rule(rule, endpoint=route, view_func=view, methods=[method])
+        return handler
+
+    return register

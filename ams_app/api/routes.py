@@ -1,0 +1,333 @@
+"""The API v1 routes. Each handler parses, calls the service layer and renders."""
+
+from __future__ import annotations
+
+import platform
+
+from flask import Blueprint, Response, request
+
+from ams_app import __version__, auth
+from ams_app.api.pipeline import Ctx, add_route, body, empty, flag, ok, request_token, service
+from ams_app.api.views import delivery_view, project_view, sub_view, topic_view, user_view
+from ams_app.errors import AmsError
+from ams_app.models import User
+
+bp = Blueprint("v1", __name__, url_prefix="/v1")
+
+P = "/projects/<name:project>"
+T = P + "/topics/<name:topic>"
+S = P + "/subscriptions/<name:subscription>"
+U = "/users/<name:user>"
+M = P + "/members/<name:user>"
+
+#: When this build was made (set by packaging; empty in a source checkout).
+BUILD_TIME = ""
+
+
+# ---------------------------------------------------------------------- service ------------
+@bp.get("/status")
+def status() -> Response:
+    svc = service()
+    try:
+        svc.store.ping()
+        svc.log.ping()
+    except Exception as exc:
+        raise AmsError.unavailable("Backend is unavailable") from exc
+    if not svc.settings.push_enabled:
+        return ok({"status": "ok", "push_functionality": "disabled"})
+    return ok({"status": "ok", "push_servers": []})
+
+
+@bp.get("/version")
+def version() -> Response:
+    svc = service()
+    out: dict[str, str] = {
+        "build_time": BUILD_TIME,
+        "golang": "",
+        "compiler": f"{platform.python_implementation()} {platform.python_version()}",
+        "os": platform.system().lower(),
+        "architecture": platform.machine(),
+    }
+    caller = svc.caller_for_token(request_token())
+    if caller is not None and (caller.is_service_admin or caller.has(auth.ADMIN_VIEWER)):
+        out["release"] = __version__
+    if svc.settings.proxy_hostname:
+        out["hostname"] = svc.settings.proxy_hostname
+    return ok(out)
+
+
+# ---------------------------------------------------------------------- users --------------
+def _privileged(ctx: Ctx, user: User) -> Response:
+    return ok(user_view(ctx.svc.store, user, privileged=True))
+
+
+@bp.get("/users/profile")
+def users_profile() -> Response:
+    svc = service()
+    caller = svc.caller_for_token(request_token())
+    if caller is None or caller.user is None:
+        raise AmsError.unauthorized()
+    return ok(user_view(svc.store, caller.user, privileged=True))
+
+
+@add_route(bp, "/users", "users:list", "GET")
+def users_list(ctx: Ctx) -> Response:
+    args = request.args
+    page = ctx.svc.list_users(
+        args.get("project"), args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken")
+    )
+    details = flag("details")
+    users = [user_view(ctx.svc.store, u, privileged=True, with_projects=details) for u in page.items]
+    return ok({"users": users, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+
+
+@add_route(bp, "/users:byToken/<name:token>", "users:byToken", "GET")
+def users_by_token(ctx: Ctx, token: str) -> Response:
+    user = ctx.svc.store.get_user(token=token)
+    if user is None:
+        raise AmsError.not_found("User")
+    return _privileged(ctx, user)
+
+
+@add_route(bp, "/users:byUUID/<name:uuid>", "users:byUUID", "GET")
+def users_by_uuid(ctx: Ctx, uuid: str) -> Response:
+    user = ctx.svc.store.get_user(uuid=uuid)
+    if user is None:
+        raise AmsError.not_found("User")
+    return _privileged(ctx, user)
+
+
+@add_route(bp, U, "users:show", "GET")
+def users_show(ctx: Ctx, user: str) -> Response:
+    return _privileged(ctx, ctx.svc.user(user))
+
+
+@add_route(bp, U, "users:create", "POST")
+def users_create(ctx: Ctx, user: str) -> Response:
+    return _privileged(ctx, ctx.svc.create_user(ctx.caller, user, body()))
+
+
+@add_route(bp, U, "users:update", "PUT")
+def users_update(ctx: Ctx, user: str) -> Response:
+    return _privileged(ctx, ctx.svc.update_user(user, body()))
+
+
+@add_route(bp, U + ":refreshToken", "users:refreshToken", "POST")
+def users_refresh(ctx: Ctx, user: str) -> Response:
+    return _privileged(ctx, ctx.svc.refresh_token(user))
+
+
+@add_route(bp, U, "users:delete", "DELETE")
+def users_delete(ctx: Ctx, user: str) -> Response:
+    ctx.svc.delete_user(user)
+    return empty()
+
+
+# ---------------------------------------------------------------------- projects -----------
+@add_route(bp, "/projects", "projects:list", "GET")
+def projects_list(ctx: Ctx) -> Response:
+    projects = [project_view(ctx.svc.store, p) for p in ctx.svc.store.list_projects()]
+    return ok({"projects": projects} if projects else {})
+
+
+@add_route(bp, P, "projects:show", "GET")
+def projects_show(ctx: Ctx, project: str) -> Response:
+    return ok(project_view(ctx.svc.store, ctx.proj))
+
+
+@add_route(bp, P, "projects:create", "POST")
+def projects_create(ctx: Ctx, project: str) -> Response:
+    return ok(project_view(ctx.svc.store, ctx.svc.create_project(ctx.caller, project, body())))
+
+
+@add_route(bp, P, "projects:update", "PUT")
+def projects_update(ctx: Ctx, project: str) -> Response:
+    return ok(project_view(ctx.svc.store, ctx.svc.update_project(ctx.proj, body())))
+
+
+@add_route(bp, P, "projects:delete", "DELETE")
+def projects_delete(ctx: Ctx, project: str) -> Response:
+    ctx.svc.delete_project(ctx.proj)
+    return empty()
+
+
+# ---------------------------------------------------------------------- members ------------
+def _member(ctx: Ctx, user: User) -> Response:
+    if ctx.caller.is_service_admin:
+        return ok(user_view(ctx.svc.store, user, privileged=True))
+    return ok(user_view(ctx.svc.store, user, privileged=False, only_project=ctx.proj))
+
+
+@add_route(bp, P + "/members", "projects:listUsers", "GET")
+def members_list(ctx: Ctx, project: str) -> Response:
+    args = request.args
+    page = ctx.svc.list_members(ctx.proj, args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken"))
+    details = flag("details")
+    privileged = ctx.caller.is_service_admin
+    users = [
+        user_view(
+            ctx.svc.store,
+            u,
+            privileged=privileged,
+            only_project=None if privileged else ctx.proj,
+            with_projects=details,
+        )
+        for u in page.items
+    ]
+    return ok({"users": users, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+
+
+@add_route(bp, M, "projects:showUser", "GET")
+def members_show(ctx: Ctx, project: str, user: str) -> Response:
+    return _member(ctx, ctx.svc.member(ctx.proj, user))
+
+
+@add_route(bp, M, "projects:createUser", "POST")
+def members_create(ctx: Ctx, project: str, user: str) -> Response:
+    return _privileged(ctx, ctx.svc.create_member(ctx.caller, ctx.proj, user, body()))
+
+
+@add_route(bp, M, "projects:updateUser", "PUT")
+def members_update(ctx: Ctx, project: str, user: str) -> Response:
+    return _member(ctx, ctx.svc.update_member(ctx.proj, user, body()))
+
+
+@add_route(bp, M + ":add", "projects:addUser", "POST")
+def members_add(ctx: Ctx, project: str, user: str) -> Response:
+    return _member(ctx, ctx.svc.add_member(ctx.proj, user, body()))
+
+
+@add_route(bp, M + ":remove", "projects:removeUser", "POST")
+def members_remove(ctx: Ctx, project: str, user: str) -> Response:
+    ctx.svc.remove_member(ctx.proj, user)
+    return ok({})
+
+
+# ---------------------------------------------------------------------- topics -------------
+@add_route(bp, P + "/topics", "topics:list", "GET")
+def topics_list(ctx: Ctx, project: str) -> Response:
+    args = request.args
+    page = ctx.svc.list_topics(
+        ctx.caller, ctx.proj, args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken")
+    )
+    topics = [topic_view(ctx.proj, t) for t in page.items]
+    return ok({"topics": topics, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+
+
+@add_route(bp, T, "topics:show", "GET")
+def topics_show(ctx: Ctx, project: str, topic: str) -> Response:
+    return ok(topic_view(ctx.proj, ctx.svc.topic(ctx.proj, topic)))
+
+
+@add_route(bp, T, "topics:create", "PUT")
+def topics_create(ctx: Ctx, project: str, topic: str) -> Response:
+    return ok(topic_view(ctx.proj, ctx.svc.create_topic(ctx.proj, topic, body())))
+
+
+@add_route(bp, T, "topics:delete", "DELETE")
+def topics_delete(ctx: Ctx, project: str, topic: str) -> Response:
+    ctx.svc.delete_topic(ctx.proj, topic)
+    return empty()
+
+
+@add_route(bp, T + ":publish", "topics:publish", "POST")
+def topics_publish(ctx: Ctx, project: str, topic: str) -> Response:
+    return ok({"messageIds": ctx.svc.publish(ctx.caller, ctx.proj, topic, body())})
+
+
+@add_route(bp, T + ":acl", "topics:acl", "GET")
+def topics_acl(ctx: Ctx, project: str, topic: str) -> Response:
+    return ok({"authorized_users": ctx.svc.acl_names(ctx.svc.topic(ctx.proj, topic).acl)})
+
+
+@add_route(bp, T + ":modifyAcl", "topics:modifyAcl", "POST")
+def topics_modify_acl(ctx: Ctx, project: str, topic: str) -> Response:
+    ctx.svc.modify_topic_acl(ctx.proj, topic, body())
+    return empty()
+
+
+@add_route(bp, T + "/subscriptions", "subscriptions:listByTopic", "GET")
+def topics_subscriptions(ctx: Ctx, project: str, topic: str) -> Response:
+    names = ctx.svc.topic_subscriptions(ctx.proj, topic)
+    return ok({"subscriptions": [f"/projects/{ctx.proj.name}/subscriptions/{n}" for n in names]})
+
+
+# ---------------------------------------------------------------------- subscriptions ------
+@add_route(bp, P + "/subscriptions", "subscriptions:list", "GET")
+def subs_list(ctx: Ctx, project: str) -> Response:
+    args = request.args
+    page = ctx.svc.list_subscriptions(
+        ctx.caller, ctx.proj, args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken")
+    )
+    subs = [sub_view(ctx.proj, s) for s in page.items]
+    return ok({"subscriptions": subs, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+
+
+@add_route(bp, S, "subscriptions:show", "GET")
+def subs_show(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok(sub_view(ctx.proj, ctx.svc.subscription(ctx.proj, subscription)))
+
+
+@add_route(bp, S, "subscriptions:create", "PUT")
+def subs_create(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok(sub_view(ctx.proj, ctx.svc.create_subscription(ctx.proj, subscription, body())))
+
+
+@add_route(bp, S, "subscriptions:delete", "DELETE")
+def subs_delete(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.delete_subscription(ctx.proj, subscription)
+    return empty()
+
+
+@add_route(bp, S + ":pull", "subscriptions:pull", "POST")
+def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
+    deliveries = ctx.svc.pull(
+        ctx.caller, ctx.proj, subscription, body() or {}
+    )
+    return ok({"receivedMessages": [delivery_view(d) for d in deliveries]})
+
+
+@add_route(bp, S + ":acknowledge", "subscriptions:acknowledge", "POST")
+def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.acknowledge(ctx.proj, subscription, body())
+    return ok({})
+
+
+@add_route(bp, S + ":modifyAckDeadline", "subscriptions:modifyAckDeadline", "POST")
+def subs_modify_deadline(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.modify_ack_deadline(ctx.proj, subscription, body())
+    return empty()
+
+
+@add_route(bp, S + ":modifyPushConfig", "subscriptions:modifyPushConfig", "POST")
+def subs_modify_push(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.modify_push_config(ctx.proj, subscription, body())
+    return empty()
+
+
+@add_route(bp, S + ":offsets", "subscriptions:offsets", "GET")
+def subs_offsets(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok(ctx.svc.offsets(ctx.proj, subscription))
+
+
+@add_route(bp, S + ":modifyOffset", "subscriptions:modifyOffset", "POST")
+def subs_modify_offset(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.modify_offset(ctx.proj, subscription, body())
+    return empty()
+
+
+@add_route(bp, S + ":timeToOffset", "subscriptions:timeToOffset", "GET")
+def subs_time_to_offset(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok({"offset": ctx.svc.time_to_offset(ctx.proj, subscription, request.args.get("time"))})
+
+
+@add_route(bp, S + ":acl", "subscriptions:acl", "GET")
+def subs_acl(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok({"authorized_users": ctx.svc.acl_names(ctx.svc.subscription(ctx.proj, subscription).acl)})
+
+
+@add_route(bp, S + ":modifyAcl", "subscriptions:modifyAcl", "POST")
+def subs_modify_acl(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.modify_sub_acl(ctx.proj, subscription, body())
+    return empty()
+

@@ -1,0 +1,120 @@
+"""JSON shapes of the API (ams-api.md §3 and §12)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ams_app.backends.store import MetadataStore
+from ams_app.models import Project, Subscription, Topic, User
+from ams_app.service.core import Delivery
+from ams_app.timeutil import zulu_nanos, zulu_seconds
+
+
+def project_view(store: MetadataStore, project: Project) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": project.name,
+        "created_on": zulu_seconds(project.created_on),
+        "modified_on": zulu_seconds(project.modified_on),
+    }
+    if project.created_by:
+        creator = store.get_user(uuid=project.created_by)
+        if creator is not None:
+            out["created_by"] = creator.name
+    if project.description:
+        out["description"] = project.description
+    return out
+
+
+def user_view(
+    store: MetadataStore,
+    user: User,
+    *,
+    privileged: bool,
+    only_project: Project | None = None,
+    with_projects: bool = True,
+) -> dict[str, Any]:
+    """A user. ``privileged`` adds token, service roles and creator; ``only_project`` limits
+    the memberships shown to one project."""
+    out: dict[str, Any] = {"uuid": user.uuid}
+    if with_projects:
+        acl = store.acl_of_user(user.uuid)
+        projects = []
+        for membership in user.projects:
+            if only_project is not None and membership.project_uuid != only_project.uuid:
+                continue
+            project = only_project or store.get_project(uuid=membership.project_uuid)
+            if project is None:
+                continue
+            projects.append(
+                {
+                    "project": project.name,
+                    "roles": list(membership.roles),
+                    "topics": [n for k, p, n in acl if k == "topic" and p == project.uuid],
+                    "subscriptions": [n for k, p, n in acl if k == "sub" and p == project.uuid],
+                }
+            )
+        if projects:
+            out["projects"] = projects
+    out["name"] = user.name
+    for key in ("first_name", "last_name", "organization", "description"):
+        if getattr(user, key):
+            out[key] = getattr(user, key)
+    if privileged:
+        out["token"] = user.token
+    out["email"] = user.email
+    out["service_roles"] = list(user.service_roles) if privileged else []
+    out["created_on"] = zulu_seconds(user.created_on)
+    out["modified_on"] = zulu_seconds(user.modified_on)
+    if privileged and user.created_by:
+        creator = store.get_user(uuid=user.created_by)
+        if creator is not None:
+            out["created_by"] = creator.name
+    return out
+
+
+def topic_view(project: Project, topic: Topic, schema_name: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": f"/projects/{project.name}/topics/{topic.name}"}
+    if schema_name:
+        out["schema"] = f"projects/{project.name}/schemas/{schema_name}"
+    out["created_on"] = zulu_seconds(topic.created_on)
+    return out
+
+
+def sub_view(project: Project, sub: Subscription) -> dict[str, Any]:
+    push = sub.push
+    config: dict[str, Any] = {
+        "type": push.type,
+        "pushEndpoint": push.push_endpoint,
+        "maxMessages": push.max_messages,
+        "authorizationHeader": {},
+        "retryPolicy": {},
+        "verificationHash": push.verification_hash,
+        "verified": push.verified,
+        "mattermostUrl": push.mattermost_url,
+        "mattermostUsername": push.mattermost_username,
+        "mattermostChannel": push.mattermost_channel,
+        "base64Decode": push.base64_decode,
+    }
+    if push.enabled:
+        config["maxMessages"] = max(push.max_messages, 1)
+        config["authorizationHeader"] = {"type": push.authorization_type, "value": push.authorization_value}
+        retry: dict[str, Any] = {"type": push.retry_type}
+        if push.retry_type != "slowstart":
+            retry["period"] = push.retry_period
+        config["retryPolicy"] = retry
+    return {
+        "name": f"/projects/{project.name}/subscriptions/{sub.name}",
+        "topic": f"/projects/{project.name}/topics/{sub.topic}",
+        "pushConfig": config,
+        "ackDeadlineSeconds": sub.ack_deadline,
+        "createdOn": zulu_seconds(sub.created_on),
+    }
+
+
+def delivery_view(delivery: Delivery) -> dict[str, Any]:
+    message: dict[str, Any] = {"messageId": str(delivery.message.offset)}
+    if delivery.message.attributes:
+        message["attributes"] = delivery.message.attributes
+    message["data"] = delivery.message.data
+    message["publishTime"] = zulu_nanos(delivery.message.publish_ns)
+    return {"ackId": delivery.ack_id, "message": message}

@@ -1,0 +1,54 @@
+"""MessageLog: per-topic append-only logs addressed by offset."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass
+class NewMessage:
+    data: str  # base64 text as the client sent it
+    attributes: dict[str, str]
+
+
+@dataclass
+class StoredMessage:
+    offset: int
+    publish_ns: int
+    data: str
+    attributes: dict[str, str]
+
+
+class MessageLog(Protocol):
+    def ping(self) -> None: ...
+    def close(self) -> None: ...
+
+    def create_topic(self, key: str) -> None: ...
+    def delete_topic(self, key: str) -> None:
+        """Remove the messages; offsets of a topic re-created under the same key continue."""
+        ...
+
+    def drop_topic(self, key: str) -> None:
+        """Remove the messages and the offset counter (the topic's project is gone)."""
+        ...
+
+    def append(self, key: str, messages: list[NewMessage]) -> list[StoredMessage]:
+        """Append atomically and durably; return what was stored, with offsets and times."""
+        ...
+
+    def read(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
+        """Messages with start <= offset < end, stopping past max_bytes (at least one)."""
+        ...
+
+    def bounds(self, key: str) -> tuple[int, int]:
+        """(min, max): the oldest retained offset and the next offset to be written."""
+        ...
+
+    def offset_for_time(self, key: str, publish_ns: int) -> int | None:
+        """The first offset published at or after ``publish_ns``; None if there is none."""
+        ...
+
+    def wait_for_append(self, key: str, timeout: float) -> None:
+        """Return when the topic may have grown, or after ``timeout`` seconds."""
+        ...

@@ -1,0 +1,167 @@
+"""MessageLog on SQLite: one table of messages keyed by (topic key, offset)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from ams_app.backends.log import NewMessage, StoredMessage
+from ams_app.backends.sqlite.db import SqliteDb
+from ams_app.timeutil import now_ns
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS log_topics (
+    key TEXT PRIMARY KEY,
+    next_offset INTEGER NOT NULL,
+    min_offset INTEGER NOT NULL,
+    last_ns INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    key TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    publish_ns INTEGER NOT NULL,
+    attributes TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (key, offset)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS messages_by_time ON messages (key, publish_ns);
+"""
+
+#: How often waiting pulls re-check the log when nothing woke them (another process may write).
+_RECHECK_SECONDS = 1.0
+
+
+class SqliteMessageLog:
+    def __init__(self, path: str, retention_seconds: int = 0) -> None:
+        self.db = SqliteDb(path, SCHEMA)
+        self._events: dict[str, Event] = {}
+        self._retention_ns = retention_seconds * 1_000_000_000
+        self._janitor: Any = None
+        if retention_seconds > 0:
+            self._janitor = gevent.spawn(self._retention_loop)
+
+    def ping(self) -> None:
+        self.db.read(lambda c: c.execute("SELECT 1").fetchone())
+
+    def close(self) -> None:
+        if self._janitor is not None:
+            self._janitor.kill()
+        for event in self._events.values():
+            event.set()
+        self.db.close()
+
+    def create_topic(self, key: str) -> None:
+        # A topic's counter outlives the topic: offsets (message ids) are never reused.
+        self.db.run(
+            lambda c: c.execute(
+                "INSERT OR IGNORE INTO log_topics (key, next_offset, min_offset, last_ns) VALUES (?,0,0,0)", (key,)
+            )
+        )
+
+    def delete_topic(self, key: str) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM messages WHERE key=?", (key,))
+            conn.execute("UPDATE log_topics SET min_offset=next_offset WHERE key=?", (key,))
+
+        self.db.run(tx)
+
+    def drop_topic(self, key: str) -> None:
+        """Forget the topic entirely, counter included (its project is gone)."""
+
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM messages WHERE key=?", (key,))
+            conn.execute("DELETE FROM log_topics WHERE key=?", (key,))
+
+        self.db.run(tx)
+
+    def append(self, key: str, messages: list[NewMessage]) -> list[StoredMessage]:
+        def tx(conn: sqlite3.Connection) -> list[StoredMessage]:
+            row = conn.execute("SELECT next_offset, last_ns FROM log_topics WHERE key=?", (key,)).fetchone()
+            if row is None:
+                conn.execute("INSERT INTO log_topics (key, next_offset, min_offset, last_ns) VALUES (?,0,0,0)", (key,))
+                row = (0, 0)
+            offset, last_ns = row
+            # Publish times never go backwards within a topic, so time lookups can bisect.
+            ns = max(now_ns(), last_ns)
+            stored = [StoredMessage(offset + i, ns, m.data, m.attributes) for i, m in enumerate(messages)]
+            conn.executemany(
+                "INSERT INTO messages (key, offset, publish_ns, attributes, data) VALUES (?,?,?,?,?)",
+                [(key, s.offset, s.publish_ns, json.dumps(s.attributes), s.data) for s in stored],
+            )
+            conn.execute(
+                "UPDATE log_topics SET next_offset=?, last_ns=? WHERE key=?", (offset + len(messages), ns, key)
+            )
+            return stored
+
+        stored = self.db.run(tx)
+        event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
+        return stored
+
+    def read(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
+        def tx(conn: sqlite3.Connection) -> list[StoredMessage]:
+            out: list[StoredMessage] = []
+            size = 0
+            cursor = conn.execute(
+                "SELECT offset, publish_ns, attributes, data FROM messages"
+                " WHERE key=? AND offset>=? AND offset<? ORDER BY offset",
+                (key, start, end),
+            )
+            for offset, publish_ns, attributes, data in cursor:
+                size += len(data) + len(attributes)
+                if out and size > max_bytes:
+                    break
+                out.append(StoredMessage(offset, publish_ns, data, json.loads(attributes)))
+            return out
+
+        return self.db.read(tx)
+
+    def bounds(self, key: str) -> tuple[int, int]:
+        row = self.db.read(
+            lambda c: c.execute("SELECT min_offset, next_offset FROM log_topics WHERE key=?", (key,)).fetchone()
+        )
+        return (row[0], row[1]) if row else (0, 0)
+
+    def offset_for_time(self, key: str, publish_ns: int) -> int | None:
+        row = self.db.read(
+            lambda c: c.execute(
+                "SELECT offset FROM messages WHERE key=? AND publish_ns>=? ORDER BY publish_ns, offset LIMIT 1",
+                (key, publish_ns),
+            ).fetchone()
+        )
+        return row[0] if row else None
+
+    def wait_for_append(self, key: str, timeout: float) -> None:
+        event = self._events.get(key)
+        if event is None:
+            event = self._events[key] = Event()
+        event.wait(min(timeout, _RECHECK_SECONDS))
+
+    def purge_expired(self) -> int:
+        """Remove messages past retention; return how many went."""
+        cutoff = now_ns() - self._retention_ns
+
+        def tx(conn: sqlite3.Connection) -> int:
+            removed = conn.execute("DELETE FROM messages WHERE publish_ns < ?", (cutoff,)).rowcount
+            if removed:
+                conn.execute(
+                    "UPDATE log_topics SET min_offset = COALESCE("
+                    " (SELECT MIN(offset) FROM messages m WHERE m.key = log_topics.key), next_offset)"
+                )
+            return int(removed)
+
+        return self.db.run(tx)
+
+    def _retention_loop(self) -> None:
+        while True:
+            gevent.sleep(60)
+            try:
+                self.purge_expired()
+            except sqlite3.Error:  # pragma: no cover - the next round tries again
+                logging.getLogger("ams").exception("retention purge failed")

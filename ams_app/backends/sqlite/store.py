@@ -1,0 +1,438 @@
+"""MetadataStore on SQLite: one JSON document per row, indexed columns beside it."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ams_app.backends.sqlite.db import SqliteDb
+from ams_app.backends.store import InvalidPageToken, Page
+from ams_app.models import (
+    Cursor,
+    Project,
+    Subscription,
+    Topic,
+    User,
+    cursor_from_doc,
+    cursor_to_doc,
+    sub_from_doc,
+    to_doc,
+    user_from_doc,
+)
+
+T = TypeVar("T")
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS projects (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    uuid TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL UNIQUE,
+    doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS users (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    uuid TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL UNIQUE,
+    token TEXT NOT NULL UNIQUE,
+    doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS memberships (
+    user_uuid TEXT NOT NULL REFERENCES users(uuid) ON DELETE CASCADE,
+    project_uuid TEXT NOT NULL,
+    PRIMARY KEY (project_uuid, user_uuid)
+);
+CREATE TABLE IF NOT EXISTS topics (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    project_uuid TEXT NOT NULL,
+    name TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    UNIQUE (project_uuid, name)
+);
+CREATE TABLE IF NOT EXISTS subscriptions (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    project_uuid TEXT NOT NULL,
+    name TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    cursor TEXT NOT NULL,
+    version INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (project_uuid, name)
+);
+CREATE INDEX IF NOT EXISTS subscriptions_by_topic ON subscriptions (project_uuid, topic);
+CREATE TABLE IF NOT EXISTS acl (
+    kind TEXT NOT NULL,          -- 'topic' or 'sub'
+    project_uuid TEXT NOT NULL,
+    name TEXT NOT NULL,
+    user_uuid TEXT NOT NULL,
+    PRIMARY KEY (kind, project_uuid, name, user_uuid)
+);
+CREATE INDEX IF NOT EXISTS acl_by_user ON acl (user_uuid);
+"""
+
+
+def _dump(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, separators=(",", ":"))
+
+
+def _encode_token(seq: int) -> str:
+    return base64.urlsafe_b64encode(str(seq).encode()).decode()
+
+
+def _decode_token(token: str) -> int:
+    try:
+        value = int(base64.urlsafe_b64decode(token.encode()).decode())
+    except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
+        raise InvalidPageToken(token) from exc
+    if value < 1:
+        raise InvalidPageToken(token)
+    return value
+
+
+def _page(
+    conn: sqlite3.Connection,
+    table: str,
+    where: str,
+    args: list[Any],
+    page_size: int,
+    page_token: str,
+    build: Callable[[sqlite3.Row | tuple[Any, ...]], T],
+) -> Page[T]:
+    total = conn.execute(f"SELECT COUNT(*) FROM {table} t WHERE {where}", args).fetchone()[0]
+    query = f"SELECT t.seq, t.doc FROM {table} t WHERE {where}"
+    qargs = list(args)
+    if page_token:
+        query += " AND t.seq <= ?"
+        qargs.append(_decode_token(page_token))
+    query += " ORDER BY t.seq DESC"
+    if page_size > 0:
+        query += " LIMIT ?"
+        qargs.append(page_size + 1)
+    rows = conn.execute(query, qargs).fetchall()
+    next_token = ""
+    if page_size > 0 and len(rows) > page_size:
+        next_token = _encode_token(rows[page_size][0])
+        rows = rows[:page_size]
+    return Page([build(r) for r in rows], next_token, total)
+
+
+class SqliteMetadataStore:
+    def __init__(self, path: str) -> None:
+        self.db = SqliteDb(path, SCHEMA)
+
+    def ping(self) -> None:
+        self.db.read(lambda c: c.execute("SELECT 1").fetchone())
+
+    def close(self) -> None:
+        self.db.close()
+
+    # --- ACL helpers (inside a transaction) ---------------------------------------------
+    @staticmethod
+    def _acl(conn: sqlite3.Connection, kind: str, project_uuid: str, name: str) -> list[str]:
+        rows = conn.execute(
+            "SELECT user_uuid FROM acl WHERE kind=? AND project_uuid=? AND name=? ORDER BY rowid",
+            (kind, project_uuid, name),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    @staticmethod
+    def _set_acl(conn: sqlite3.Connection, kind: str, project_uuid: str, name: str, users: list[str]) -> None:
+        conn.execute("DELETE FROM acl WHERE kind=? AND project_uuid=? AND name=?", (kind, project_uuid, name))
+        conn.executemany(
+            "INSERT OR IGNORE INTO acl (kind, project_uuid, name, user_uuid) VALUES (?,?,?,?)",
+            [(kind, project_uuid, name, u) for u in users],
+        )
+
+    # --- projects -----------------------------------------------------------------------
+    def create_project(self, project: Project) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "INSERT INTO projects (uuid, name, doc) VALUES (?,?,?)",
+                    (project.uuid, project.name, _dump(to_doc(project))),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        return self.db.run(tx)
+
+    def get_project(self, *, name: str | None = None, uuid: str | None = None) -> Project | None:
+        column, value = ("name", name) if name is not None else ("uuid", uuid)
+        row = self.db.read(
+            lambda c: c.execute(f"SELECT doc FROM projects WHERE {column}=?", (value,)).fetchone()
+        )
+        return Project(**json.loads(row[0])) if row else None
+
+    def list_projects(self) -> list[Project]:
+        rows = self.db.read(lambda c: c.execute("SELECT doc FROM projects ORDER BY seq").fetchall())
+        return [Project(**json.loads(r[0])) for r in rows]
+
+    def update_project(self, project: Project) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "UPDATE projects SET name=?, doc=? WHERE uuid=?",
+                    (project.name, _dump(to_doc(project)), project.uuid),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        return self.db.run(tx)
+
+    def delete_project(self, uuid: str) -> list[str]:
+        def tx(conn: sqlite3.Connection) -> list[str]:
+            topics = [r[0] for r in conn.execute("SELECT name FROM topics WHERE project_uuid=?", (uuid,))]
+            conn.execute("DELETE FROM topics WHERE project_uuid=?", (uuid,))
+            conn.execute("DELETE FROM subscriptions WHERE project_uuid=?", (uuid,))
+            conn.execute("DELETE FROM acl WHERE project_uuid=?", (uuid,))
+            members = [r[0] for r in conn.execute("SELECT user_uuid FROM memberships WHERE project_uuid=?", (uuid,))]
+            for user_uuid in members:
+                row = conn.execute("SELECT doc FROM users WHERE uuid=?", (user_uuid,)).fetchone()
+                if row:
+                    user = user_from_doc(json.loads(row[0]))
+                    user.projects = [m for m in user.projects if m.project_uuid != uuid]
+                    conn.execute("UPDATE users SET doc=? WHERE uuid=?", (_dump(to_doc(user)), user_uuid))
+            conn.execute("DELETE FROM memberships WHERE project_uuid=?", (uuid,))
+            conn.execute("DELETE FROM projects WHERE uuid=?", (uuid,))
+            return topics
+
+        return self.db.run(tx)
+
+    # --- users --------------------------------------------------------------------------
+    @staticmethod
+    def _write_memberships(conn: sqlite3.Connection, user: User) -> None:
+        conn.execute("DELETE FROM memberships WHERE user_uuid=?", (user.uuid,))
+        conn.executemany(
+            "INSERT OR IGNORE INTO memberships (user_uuid, project_uuid) VALUES (?,?)",
+            [(user.uuid, m.project_uuid) for m in user.projects],
+        )
+
+    def create_user(self, user: User) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "INSERT INTO users (uuid, name, token, doc) VALUES (?,?,?,?)",
+                    (user.uuid, user.name, user.token, _dump(to_doc(user))),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            self._write_memberships(conn, user)
+            return True
+
+        return self.db.run(tx)
+
+    def get_user(
+        self, *, name: str | None = None, uuid: str | None = None, token: str | None = None
+    ) -> User | None:
+        if name is not None:
+            column, value = "name", name
+        elif uuid is not None:
+            column, value = "uuid", uuid
+        else:
+            column, value = "token", token or ""
+        row = self.db.read(lambda c: c.execute(f"SELECT doc FROM users WHERE {column}=?", (value,)).fetchone())
+        return user_from_doc(json.loads(row[0])) if row else None
+
+    def get_users(self, uuids: list[str]) -> dict[str, User]:
+        if not uuids:
+            return {}
+
+        def tx(conn: sqlite3.Connection) -> list[Any]:
+            marks = ",".join("?" * len(uuids))
+            return conn.execute(f"SELECT doc FROM users WHERE uuid IN ({marks})", uuids).fetchall()
+
+        users = [user_from_doc(json.loads(r[0])) for r in self.db.read(tx)]
+        return {u.uuid: u for u in users}
+
+    def update_user(self, user: User) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                cur = conn.execute(
+                    "UPDATE users SET name=?, token=?, doc=? WHERE uuid=?",
+                    (user.name, user.token, _dump(to_doc(user)), user.uuid),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            if cur.rowcount:
+                self._write_memberships(conn, user)
+            return cur.rowcount > 0
+
+        return self.db.run(tx)
+
+    def delete_user(self, uuid: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM acl WHERE user_uuid=?", (uuid,))
+            return conn.execute("DELETE FROM users WHERE uuid=?", (uuid,)).rowcount > 0
+
+        return self.db.run(tx)
+
+    def list_users(self, project_uuid: str | None, page_size: int, page_token: str) -> Page[User]:
+        where, args = "1=1", []
+        if project_uuid is not None:
+            where = "t.uuid IN (SELECT user_uuid FROM memberships WHERE project_uuid=?)"
+            args = [project_uuid]
+        return self.db.read(
+            lambda c: _page(c, "users", where, args, page_size, page_token, lambda r: user_from_doc(json.loads(r[1])))
+        )
+
+    def acl_of_user(self, user_uuid: str) -> list[tuple[str, str, str]]:
+        rows = self.db.read(
+            lambda c: c.execute(
+                "SELECT kind, project_uuid, name FROM acl WHERE user_uuid=? ORDER BY name", (user_uuid,)
+            ).fetchall()
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    # --- topics -------------------------------------------------------------------------
+    def _topic(self, conn: sqlite3.Connection, doc: str) -> Topic:
+        topic = Topic(**json.loads(doc))
+        topic.acl = self._acl(conn, "topic", topic.project_uuid, topic.name)
+        return topic
+
+    def create_topic(self, topic: Topic) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "INSERT INTO topics (project_uuid, name, doc) VALUES (?,?,?)",
+                    (topic.project_uuid, topic.name, _dump(to_doc(topic) | {"acl": []})),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            self._set_acl(conn, "topic", topic.project_uuid, topic.name, topic.acl)
+            return True
+
+        return self.db.run(tx)
+
+    def get_topic(self, project_uuid: str, name: str) -> Topic | None:
+        def tx(conn: sqlite3.Connection) -> Topic | None:
+            row = conn.execute("SELECT doc FROM topics WHERE project_uuid=? AND name=?", (project_uuid, name)).fetchone()
+            return self._topic(conn, row[0]) if row else None
+
+        return self.db.read(tx)
+
+    def update_topic(self, topic: Topic) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE topics SET doc=? WHERE project_uuid=? AND name=?",
+                (_dump(to_doc(topic) | {"acl": []}), topic.project_uuid, topic.name),
+            )
+            if cur.rowcount:
+                self._set_acl(conn, "topic", topic.project_uuid, topic.name, topic.acl)
+            return cur.rowcount > 0
+
+        return self.db.run(tx)
+
+    def delete_topic(self, project_uuid: str, name: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM acl WHERE kind='topic' AND project_uuid=? AND name=?", (project_uuid, name))
+            return conn.execute("DELETE FROM topics WHERE project_uuid=? AND name=?", (project_uuid, name)).rowcount > 0
+
+        return self.db.run(tx)
+
+    def list_topics(self, project_uuid: str, acl_user: str | None, page_size: int, page_token: str) -> Page[Topic]:
+        where, args = "t.project_uuid=?", [project_uuid]
+        if acl_user is not None:
+            where += " AND EXISTS (SELECT 1 FROM acl a WHERE a.kind='topic' AND a.project_uuid=t.project_uuid"
+            where += " AND a.name=t.name AND a.user_uuid=?)"
+            args.append(acl_user)
+        return self.db.read(lambda c: _page(c, "topics", where, args, page_size, page_token, lambda r: self._topic(c, r[1])))
+
+    # --- subscriptions ------------------------------------------------------------------
+    def _sub(self, conn: sqlite3.Connection, doc: str) -> Subscription:
+        sub = sub_from_doc(json.loads(doc))
+        sub.acl = self._acl(conn, "sub", sub.project_uuid, sub.name)
+        return sub
+
+    def create_subscription(self, sub: Subscription, start_offset: int) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "INSERT INTO subscriptions (project_uuid, name, topic, doc, cursor) VALUES (?,?,?,?,?)",
+                    (
+                        sub.project_uuid,
+                        sub.name,
+                        sub.topic,
+                        _dump(to_doc(sub) | {"acl": []}),
+                        _dump(cursor_to_doc(Cursor(offset=start_offset))),
+                    ),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            self._set_acl(conn, "sub", sub.project_uuid, sub.name, sub.acl)
+            return True
+
+        return self.db.run(tx)
+
+    def get_subscription(self, project_uuid: str, name: str) -> Subscription | None:
+        def tx(conn: sqlite3.Connection) -> Subscription | None:
+            row = conn.execute(
+                "SELECT doc FROM subscriptions WHERE project_uuid=? AND name=?", (project_uuid, name)
+            ).fetchone()
+            return self._sub(conn, row[0]) if row else None
+
+        return self.db.read(tx)
+
+    def update_subscription(self, sub: Subscription) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE subscriptions SET doc=? WHERE project_uuid=? AND name=?",
+                (_dump(to_doc(sub) | {"acl": []}), sub.project_uuid, sub.name),
+            )
+            if cur.rowcount:
+                self._set_acl(conn, "sub", sub.project_uuid, sub.name, sub.acl)
+            return cur.rowcount > 0
+
+        return self.db.run(tx)
+
+    def delete_subscription(self, project_uuid: str, name: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM acl WHERE kind='sub' AND project_uuid=? AND name=?", (project_uuid, name))
+            cur = conn.execute("DELETE FROM subscriptions WHERE project_uuid=? AND name=?", (project_uuid, name))
+            return cur.rowcount > 0
+
+        return self.db.run(tx)
+
+    def list_subscriptions(
+        self, project_uuid: str, acl_user: str | None, page_size: int, page_token: str
+    ) -> Page[Subscription]:
+        where, args = "t.project_uuid=?", [project_uuid]
+        if acl_user is not None:
+            where += " AND EXISTS (SELECT 1 FROM acl a WHERE a.kind='sub' AND a.project_uuid=t.project_uuid"
+            where += " AND a.name=t.name AND a.user_uuid=?)"
+            args.append(acl_user)
+        return self.db.read(
+            lambda c: _page(c, "subscriptions", where, args, page_size, page_token, lambda r: self._sub(c, r[1]))
+        )
+
+    def subscriptions_of_topic(self, project_uuid: str, topic: str) -> list[str]:
+        rows = self.db.read(
+            lambda c: c.execute(
+                "SELECT name FROM subscriptions WHERE project_uuid=? AND topic=? ORDER BY seq DESC",
+                (project_uuid, topic),
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
+
+    # --- cursors ------------------------------------------------------------------------
+    def get_cursor(self, project_uuid: str, name: str) -> Cursor | None:
+        row = self.db.read(
+            lambda c: c.execute(
+                "SELECT cursor, version FROM subscriptions WHERE project_uuid=? AND name=?", (project_uuid, name)
+            ).fetchone()
+        )
+        return cursor_from_doc(json.loads(row[0]), row[1]) if row else None
+
+    def swap_cursor(self, project_uuid: str, name: str, cursor: Cursor) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "UPDATE subscriptions SET cursor=?, version=version+1 WHERE project_uuid=? AND name=? AND version=?",
+                (_dump(cursor_to_doc(cursor)), project_uuid, name, cursor.version),
+            )
+            return cur.rowcount > 0
+
+        return self.db.run(tx)

@@ -1,0 +1,120 @@
+"""The ``ams`` command: ``serve`` and the admin verbs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ams_app.settings import Settings, SettingsError, load_settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {
+        "host": getattr(args, "host", None),
+        "port": getattr(args, "port", None),
+        "data_dir": args.data_dir,
+        "tls_cert": getattr(args, "tls_cert", None),
+        "tls_key": getattr(args, "tls_key", None),
+    }
+    return load_settings(args.config, overrides=overrides)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ams", description="ARGO Messaging Service")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="YAML settings file (also AMS_CONFIG)")
+        p.add_argument("--data-dir", help="where the embedded backend keeps its data")
+
+    serve = sub.add_parser("serve", help="run the API server")
+    common(serve)
+    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8080)")
+    serve.add_argument("--tls-cert", help="PEM certificate: serve HTTPS")
+    serve.add_argument("--tls-key", help="PEM private key of --tls-cert")
+
+    admin = sub.add_parser("admin", help="administer projects and users from the shell")
+    verbs = admin.add_subparsers(dest="verb", required=True)
+    boot = verbs.add_parser("bootstrap", help="ensure a service admin user exists; print its token")
+    common(boot)
+    boot.add_argument("--name", default="admin")
+    project = verbs.add_parser("create-project", help="create a project")
+    common(project)
+    project.add_argument("name")
+    project.add_argument("--description", default="")
+    user = verbs.add_parser("create-user", help="create a user and print it with its token")
+    common(user)
+    user.add_argument("name")
+    user.add_argument("--email", default="")
+    user.add_argument("--service-role", action="append", default=[], help="a service role (repeatable)")
+    user.add_argument(
+        "--project",
+        action="append",
+        default=[],
+        metavar="PROJECT[:ROLE,ROLE]",
+        help="membership with roles, e.g. ARGO:publisher,consumer (repeatable)",
+    )
+    token = verbs.add_parser("show-token", help="print a user's token")
+    common(token)
+    token.add_argument("name")
+    return parser
+
+
+def _admin(args: argparse.Namespace, settings: Settings) -> int:
+    from ams_app.api.views import project_view, user_view
+    from ams_app.auth import SERVICE_CALLER
+    from ams_app.backends import open_backends
+    from ams_app.errors import AmsError
+    from ams_app.service.core import AmsService
+
+    store, log = open_backends(settings)
+    svc = AmsService(settings, store, log)
+    try:
+        if args.verb == "bootstrap":
+            existing = store.get_user(name=args.name)
+            if existing is None:
+                existing = svc.create_user(SERVICE_CALLER, args.name, {"service_roles": ["service_admin"]})
+                print(f"created service admin {args.name!r}", file=sys.stderr)
+            print(f"token of {args.name!r}: {existing.token}", file=sys.stderr)
+            print(f"try: curl -H 'x-api-key: {existing.token}' http://{settings.host}:{settings.port}/v1/projects")
+        elif args.verb == "create-project":
+            created = svc.create_project(SERVICE_CALLER, args.name, {"description": args.description})
+            print(json.dumps(project_view(store, created), indent=2))
+        elif args.verb == "create-user":
+            projects = []
+            for spec in args.project:
+                name, _, roles = spec.partition(":")
+                projects.append({"project": name, "roles": [r for r in roles.split(",") if r]})
+            body = {"email": args.email, "service_roles": args.service_role, "projects": projects}
+            created_user = svc.create_user(SERVICE_CALLER, args.name, body)
+            print(json.dumps(user_view(store, created_user, privileged=True), indent=2))
+        elif args.verb == "show-token":
+            print(svc.user(args.name).token)
+    except AmsError as exc:
+        print(f"ams: {exc.message}", file=sys.stderr)
+        return 1
+    finally:
+        svc.close()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = _settings(args)
+    except (SettingsError, OSError) as exc:
+        print(f"ams: {exc}", file=sys.stderr)
+        return 2
+    if args.command == "serve":
+        from ams_app.serve import serve
+
+        return serve(settings)
+    return _admin(args, settings)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,66 @@
+"""Every error leaves as the JSON envelope: AmsError, routing errors and anything unforeseen."""
+
+from __future__ import annotations
+
+import json
+
+from flask import Flask, Response, request
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
+from werkzeug.http import HTTP_STATUS_CODES
+
+from ams_app.api.pipeline import JSON_TYPE
+from ams_app.errors import AmsError
+
+_STATUS = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHORIZED",
+    403: "FORBIDDEN",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    408: "TIMEOUT",
+    409: "CONFLICT",
+    413: "INVALID_ARGUMENT",
+    415: "INVALID_ARGUMENT",
+    500: "INTERNAL_SERVER_ERROR",
+    503: "UNAVAILABLE",
+}
+
+_CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Headers": "X-Requested-With, Content-Type, x-api-key",
+    "Access-Control-Allow-Methods": "OPTIONS, POST, GET, PUT, DELETE, HEAD",
+}
+
+
+def render(error: AmsError) -> Response:
+    return Response(json.dumps(error.envelope()), status=error.code, content_type=JSON_TYPE)
+
+
+def register_error_handlers(app: Flask) -> None:
+    @app.errorhandler(AmsError)
+    def _ams(error: AmsError) -> Response:
+        return render(error)
+
+    @app.errorhandler(HTTPException)
+    def _http(error: HTTPException) -> Response:
+        code = error.code or 500
+        if isinstance(error, RequestEntityTooLarge):
+            response = render(AmsError.too_large("Request body is too large"))
+        else:
+            text = HTTP_STATUS_CODES.get(code, "Error")
+            response = render(AmsError(code, text, _STATUS.get(code, text.upper().replace(" ", "_"))))
+        valid_methods = getattr(error, "valid_methods", None)
+        if code == 405 and valid_methods:
+            response.headers["Allow"] = ", ".join(valid_methods)
+        return response
+
+    @app.errorhandler(Exception)
+    def _unexpected(error: Exception) -> Response:
+        app.logger.exception("unhandled error on %s %s", request.method, request.path)
+        return render(AmsError(500, "Internal Server Error", "INTERNAL_SERVER_ERROR"))
+
+    @app.after_request
+    def _cors(response: Response) -> Response:
+        for key, value in _CORS.items():
+            response.headers.setdefault(key, value)
+        return response

@@ -1,0 +1,140 @@
+"""The records the metadata store keeps. Plain dataclasses, serialised as JSON documents."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Project:
+    uuid: str
+    name: str
+    description: str = ""
+    created_on: int = 0  # ns since the epoch
+    modified_on: int = 0
+    created_by: str = ""  # user uuid; empty for the service token
+
+
+@dataclass
+class Membership:
+    project_uuid: str
+    roles: list[str] = field(default_factory=list)
+
+
+@dataclass
+class User:
+    uuid: str
+    name: str
+    token: str
+    email: str = ""
+    first_name: str = ""
+    last_name: str = ""
+    organization: str = ""
+    description: str = ""
+    service_roles: list[str] = field(default_factory=list)
+    projects: list[Membership] = field(default_factory=list)
+    created_on: int = 0
+    modified_on: int = 0
+    created_by: str = ""
+
+    def membership(self, project_uuid: str) -> Membership | None:
+        for m in self.projects:
+            if m.project_uuid == project_uuid:
+                return m
+        return None
+
+
+@dataclass
+class Topic:
+    project_uuid: str
+    name: str
+    created_on: int = 0
+    acl: list[str] = field(default_factory=list)  # user uuids
+    schema_uuid: str = ""
+
+
+@dataclass
+class PushConfig:
+    type: str = ""
+    push_endpoint: str = ""
+    max_messages: int = 0
+    authorization_type: str = ""
+    authorization_value: str = ""
+    retry_type: str = ""
+    retry_period: int = 0
+    verification_hash: str = ""
+    verified: bool = False
+    mattermost_url: str = ""
+    mattermost_username: str = ""
+    mattermost_channel: str = ""
+    base64_decode: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.type != ""
+
+
+@dataclass
+class Subscription:
+    project_uuid: str
+    name: str
+    topic: str  # bare topic name, in the same project
+    ack_deadline: int = 10
+    push: PushConfig = field(default_factory=PushConfig)
+    created_on: int = 0
+    acl: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Lease:
+    """Messages [start, end) handed out by one pull, not yet acknowledged."""
+
+    start: int
+    end: int
+    delivered_ns: int
+    deadline_s: int
+
+
+@dataclass
+class Cursor:
+    """A subscription's progress: everything below ``offset`` is acknowledged."""
+
+    offset: int = 0
+    leases: list[Lease] = field(default_factory=list)
+    acked: list[tuple[int, int]] = field(default_factory=list)  # [start, end) above offset
+    version: int = 0
+
+
+def to_doc(obj: Any) -> dict[str, Any]:
+    return dataclasses.asdict(obj)
+
+
+def user_from_doc(doc: dict[str, Any]) -> User:
+    doc = dict(doc)
+    doc["projects"] = [Membership(**m) for m in doc.get("projects", [])]
+    return User(**doc)
+
+
+def sub_from_doc(doc: dict[str, Any]) -> Subscription:
+    doc = dict(doc)
+    doc["push"] = PushConfig(**doc.get("push", {}))
+    return Subscription(**doc)
+
+
+def cursor_from_doc(doc: dict[str, Any], version: int) -> Cursor:
+    return Cursor(
+        offset=int(doc.get("offset", 0)),
+        leases=[Lease(**lease) for lease in doc.get("leases", [])],
+        acked=[(int(a), int(b)) for a, b in doc.get("acked", [])],
+        version=version,
+    )
+
+
+def cursor_to_doc(cursor: Cursor) -> dict[str, Any]:
+    return {
+        "offset": cursor.offset,
+        "leases": [dataclasses.asdict(lease) for lease in cursor.leases],
+        "acked": [list(a) for a in cursor.acked],
+    }

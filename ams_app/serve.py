@@ -1,0 +1,59 @@
+"""The gevent entry point: patch first, serve with a bounded pool, stop gracefully on SIGTERM."""
+
+from __future__ import annotations
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import logging  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+import gevent  # noqa: E402
+from gevent.pool import Pool  # noqa: E402
+from gevent.pywsgi import WSGIServer  # noqa: E402
+
+from ams_app import create_app  # noqa: E402
+from ams_app.service.core import AmsService  # noqa: E402
+from ams_app.settings import Settings  # noqa: E402
+
+log = logging.getLogger("ams")
+
+
+def serve(settings: Settings) -> int:
+    logging.basicConfig(
+        stream=sys.stdout,
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    app = create_app(settings)
+    service: AmsService = app.extensions["ams"]
+    tls: dict[str, Any] = {}
+    if settings.tls_cert and settings.tls_key:
+        tls = {"certfile": settings.tls_cert, "keyfile": settings.tls_key}
+    server = WSGIServer(
+        (settings.host, settings.port),
+        app,
+        spawn=Pool(settings.max_connections),
+        log=logging.getLogger("ams.access"),
+        error_log=logging.getLogger("ams.error"),
+        **tls,
+    )
+
+    def stop(signum: int) -> None:
+        log.info("signal %d: stopping (in-flight requests get %.0fs)", signum, settings.shutdown_timeout)
+        service.stopping.set()  # waiting pulls answer now
+        server.stop(timeout=settings.shutdown_timeout)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(signum, lambda s=signum: gevent.spawn(stop, s))
+
+    server.start()
+    scheme = "https" if tls else "http"
+    log.info("AMS listening on %s://%s:%d (data in %s)", scheme, settings.host, server.server_port, settings.data_dir)
+    server.serve_forever()
+    service.close()
+    log.info("stopped")
+    return 0

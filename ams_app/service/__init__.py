@@ -1,0 +1,1 @@
+"""The pub/sub rules. Never imports Flask or a backend implementation."""

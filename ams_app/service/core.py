@@ -1,0 +1,637 @@
+"""AmsService: every API operation, over a MetadataStore and a MessageLog."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import time
+import uuid as uuidlib
+from dataclasses import dataclass
+from typing import Any
+
+from gevent.event import Event
+
+from ams_app import auth
+from ams_app.auth import CONSUMER, PROJECT_ADMIN, PUBLISHER, PUSH_WORKER, Caller
+from ams_app.backends.log import MessageLog, NewMessage, StoredMessage
+from ams_app.backends.store import InvalidPageToken, MetadataStore, Page
+from ams_app.errors import AmsError
+from ams_app.models import Cursor, Membership, Project, Subscription, Topic, User
+from ams_app.service import cursor as cur
+from ams_app.service import push
+from ams_app.service.validation import (
+    as_object,
+    opt_bool,
+    opt_int,
+    opt_str,
+    opt_str_list,
+    valid_name,
+)
+from ams_app.settings import Settings
+from ams_app.timeutil import now_ns, parse_iso8601_ns
+
+_BAD_USER = AmsError.invalid_argument("User")
+_BAD_PROJECT = AmsError.invalid_argument("Project")
+_BAD_MESSAGE = AmsError.invalid_argument("Message")
+_BAD_SUB = AmsError.invalid_argument("Subscription")
+_BAD_DEADLINE = AmsError.invalid_argument("ackDeadlineSeconds(needs value between 0 and 600)")
+_BAD_PULL = AmsError.invalid_argument("Pull Parameters")
+_BAD_OFFSET = AmsError.invalid_argument("Offset")
+_SWAP_ATTEMPTS = 50
+
+
+def topic_key(project: Project, topic_name: str) -> str:
+    """The log's name for a topic: ``{project uuid}.{topic}``, as the Kafka topic name."""
+    return f"{project.uuid}.{topic_name}"
+
+
+@dataclass
+class Delivery:
+    ack_id: str
+    message: StoredMessage
+
+
+class AmsService:
+    def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
+        self.settings = settings
+        self.store = store
+        self.log = log
+        self.stopping = Event()
+
+    def close(self) -> None:
+        self.stopping.set()
+        self.store.close()
+        self.log.close()
+
+    # ----------------------------------------------------------------- lookups ----------
+    def caller_for_token(self, token: str) -> Caller | None:
+        """The caller a token stands for, with its service roles; None if unknown."""
+        if not token:
+            return None
+        if self.settings.service_token and token == self.settings.service_token:
+            return auth.SERVICE_CALLER
+        user = self.store.get_user(token=token)
+        if user is None:
+            return None
+        return Caller(user, frozenset(user.service_roles))
+
+    def project(self, name: str) -> Project:
+        project = self.store.get_project(name=name)
+        if project is None:
+            raise AmsError.not_found("project")
+        return project
+
+    def topic(self, project: Project, name: str) -> Topic:
+        topic = self.store.get_topic(project.uuid, name)
+        if topic is None:
+            raise AmsError.not_found("Topic")
+        return topic
+
+    def subscription(self, project: Project, name: str) -> Subscription:
+        sub = self.store.get_subscription(project.uuid, name)
+        if sub is None:
+            raise AmsError.not_found("Subscription")
+        return sub
+
+    def user(self, name: str) -> User:
+        user = self.store.get_user(name=name)
+        if user is None:
+            raise AmsError.not_found("User")
+        return user
+
+    def _acl_applies(self, caller: Caller, role: str) -> bool:
+        return self.settings.per_resource_auth and not caller.is_service_token and caller.has(role)
+
+    @staticmethod
+    def _filtered_for(caller: Caller, role: str) -> str | None:
+        """The user whose ACL entries filter a list, for callers who are only ``role``."""
+        if caller.is_service_admin or caller.has(PROJECT_ADMIN) or not caller.has(role):
+            return None
+        return caller.uuid
+
+    @staticmethod
+    def _page_args(page_size: str | None, page_token: str | None) -> tuple[int, str]:
+        size = 0
+        if page_size not in (None, ""):
+            try:
+                size = int(str(page_size))
+            except ValueError as exc:
+                raise AmsError.invalid_data("Invalid page size") from exc
+        return max(size, 0), page_token or ""
+
+    @staticmethod
+    def _paged(fetch: Any, *args: Any) -> Any:
+        try:
+            return fetch(*args)
+        except InvalidPageToken as exc:
+            raise AmsError.invalid_data("Invalid page token") from exc
+
+    # ----------------------------------------------------------------- projects ---------
+    def create_project(self, caller: Caller, name: str, body: Any) -> Project:
+        body = as_object(body, _BAD_PROJECT)
+        description = opt_str(body, "description", _BAD_PROJECT) or ""
+        now = now_ns()
+        project = Project(str(uuidlib.uuid4()), name, description, now, now, caller.uuid)
+        if not self.store.create_project(project):
+            raise AmsError.conflict("Project")
+        return project
+
+    def update_project(self, project: Project, body: Any) -> Project:
+        bad = AmsError.invalid_request_body()
+        body = as_object(body, bad)
+        new_name = opt_str(body, "name", bad) or ""
+        description = opt_str(body, "description", bad)
+        if new_name and not valid_name(new_name):
+            raise AmsError.invalid_name("project")
+        if new_name:
+            project.name = new_name
+        if description:
+            project.description = description
+        project.modified_on = now_ns()
+        if not self.store.update_project(project):
+            raise AmsError.invalid_data("invalid project name change, name already exists")
+        return project
+
+    def delete_project(self, project: Project) -> None:
+        for topic_name in self.store.delete_project(project.uuid):
+            self.log.drop_topic(topic_key(project, topic_name))
+
+    # ----------------------------------------------------------------- users ------------
+    def _check_roles(self, roles: list[str]) -> list[str]:
+        for role in roles:
+            if role not in auth.VALID_ROLES:
+                raise AmsError.invalid_data(f"invalid role: {role}")
+        return list(dict.fromkeys(roles))
+
+    def _memberships(self, raw: Any) -> list[Membership]:
+        if not isinstance(raw, list):
+            raise _BAD_USER
+        out: list[Membership] = []
+        seen: set[str] = set()
+        for entry in raw:
+            entry = as_object(entry, _BAD_USER)
+            project_name = opt_str(entry, "project", _BAD_USER) or ""
+            roles = opt_str_list(entry, "roles", _BAD_USER) or []
+            if not project_name:
+                continue
+            project = self.store.get_project(name=project_name)
+            if project is None:
+                raise AmsError.invalid_data(f"invalid project: {project_name}")
+            if project.uuid in seen:
+                raise AmsError.invalid_data(f"duplicate reference of project {project_name}")
+            seen.add(project.uuid)
+            out.append(Membership(project.uuid, self._check_roles(roles)))
+        return out
+
+    _USER_TEXT = ("email", "first_name", "last_name", "organization", "description")
+
+    def create_user(self, caller: Caller, name: str, body: Any) -> User:
+        body = as_object({} if body is None else body, _BAD_USER)
+        texts = {k: opt_str(body, k, _BAD_USER) or "" for k in self._USER_TEXT}
+        service_roles = self._check_roles(opt_str_list(body, "service_roles", _BAD_USER) or [])
+        memberships = self._memberships(body.get("projects") or [])
+        now = now_ns()
+        user = User(
+            uuid=str(uuidlib.uuid4()),
+            name=name,
+            token=auth.new_token(),
+            service_roles=service_roles,
+            projects=memberships,
+            created_on=now,
+            modified_on=now,
+            created_by=caller.uuid,
+            **texts,
+        )
+        if not self.store.create_user(user):
+            raise AmsError.conflict("User")
+        return user
+
+    def update_user(self, name: str, body: Any) -> User:
+        user = self.user(name)
+        body = as_object(body, _BAD_USER)
+        new_name = opt_str(body, "name", _BAD_USER) or ""
+        if new_name and not valid_name(new_name):
+            raise AmsError.invalid_name("user")
+        for key in self._USER_TEXT:
+            value = opt_str(body, key, _BAD_USER)
+            if value:
+                setattr(user, key, value)
+        if body.get("service_roles") is not None:
+            user.service_roles = self._check_roles(opt_str_list(body, "service_roles", _BAD_USER) or [])
+        if body.get("projects") is not None:
+            user.projects = self._memberships(body["projects"])
+        if new_name:
+            user.name = new_name
+        user.modified_on = now_ns()
+        if not self.store.update_user(user):
+            if self.store.get_user(uuid=user.uuid) is None:
+                raise AmsError.not_found("User")
+            raise AmsError.invalid_data("invalid user name change, name already exists")
+        return user
+
+    def refresh_token(self, name: str) -> User:
+        user = self.user(name)
+        user.token = auth.new_token()
+        user.modified_on = now_ns()
+        if not self.store.update_user(user):
+            raise AmsError.not_found("User")
+        return user
+
+    def delete_user(self, name: str) -> None:
+        if not self.store.delete_user(self.user(name).uuid):
+            raise AmsError.not_found("User")
+
+    def list_users(self, project_name: str | None, page_size: str | None, page_token: str | None) -> Page[User]:
+        project_uuid = None
+        if project_name:
+            project = self.store.get_project(name=project_name)
+            if project is None:
+                raise AmsError.not_found("ProjectUUID")
+            project_uuid = project.uuid
+        size, token = self._page_args(page_size, page_token)
+        page: Page[User] = self._paged(self.store.list_users, project_uuid, size, token)
+        return page
+
+    # ----------------------------------------------------------------- members ----------
+    def _roles_for(self, project: Project, body: dict[str, Any]) -> list[str] | None:
+        raw = body.get("projects")
+        if raw is None:
+            return None
+        if not isinstance(raw, list):
+            raise _BAD_USER
+        for entry in raw:
+            entry = as_object(entry, _BAD_USER)
+            if opt_str(entry, "project", _BAD_USER) == project.name:
+                return self._check_roles(opt_str_list(entry, "roles", _BAD_USER) or [])
+        return None
+
+    def create_member(self, caller: Caller, project: Project, name: str, body: Any) -> User:
+        body = as_object({} if body is None else body, _BAD_USER)
+        email = opt_str(body, "email", _BAD_USER) or ""
+        roles = self._roles_for(project, body) or []
+        now = now_ns()
+        user = User(
+            uuid=str(uuidlib.uuid4()),
+            name=name,
+            token=auth.new_token(),
+            email=email,
+            projects=[Membership(project.uuid, roles)],
+            created_on=now,
+            modified_on=now,
+            created_by=caller.uuid,
+        )
+        if not self.store.create_user(user):
+            raise AmsError.conflict("User")
+        return user
+
+    def member(self, project: Project, name: str) -> User:
+        user = self.store.get_user(name=name)
+        if user is None or user.membership(project.uuid) is None:
+            raise AmsError.not_found("User")
+        return user
+
+    def add_member(self, project: Project, name: str, body: Any) -> User:
+        bad = AmsError.invalid_request_body()
+        body = as_object(body if body is not None else {}, bad)
+        roles = self._check_roles(opt_str_list(body, "roles", bad) or [])
+        user = self.user(name)
+        if user.membership(project.uuid) is not None:
+            raise AmsError.generic_conflict("User is already a member of the project")
+        user.projects.append(Membership(project.uuid, roles))
+        user.modified_on = now_ns()
+        self.store.update_user(user)
+        return user
+
+    def update_member(self, project: Project, name: str, body: Any) -> User:
+        body = as_object(body, _BAD_USER)
+        user = self.user(name)
+        membership = user.membership(project.uuid)
+        if membership is None:
+            raise AmsError.forbidden("User is not a member of the project")
+        roles = self._roles_for(project, body)
+        if roles is None:
+            raise _BAD_USER
+        membership.roles = roles
+        user.modified_on = now_ns()
+        self.store.update_user(user)
+        return user
+
+    def remove_member(self, project: Project, name: str) -> None:
+        user = self.user(name)
+        if user.membership(project.uuid) is None:
+            raise AmsError.forbidden("User is not a member of the project")
+        user.projects = [m for m in user.projects if m.project_uuid != project.uuid]
+        user.modified_on = now_ns()
+        self.store.update_user(user)
+
+    def list_members(self, project: Project, page_size: str | None, page_token: str | None) -> Page[User]:
+        size, token = self._page_args(page_size, page_token)
+        page: Page[User] = self._paged(self.store.list_users, project.uuid, size, token)
+        return page
+
+    # ----------------------------------------------------------------- ACLs -------------
+    def _acl_users(self, project: Project, body: Any, what: str) -> list[str]:
+        bad = AmsError.invalid_argument(f"{what} ACL")
+        body = as_object(body, bad)
+        if "authorized_users" not in body:
+            raise bad
+        names = opt_str_list(body, "authorized_users", bad) or []
+        names = list(dict.fromkeys(names))
+        found: list[str] = []
+        missing: list[str] = []
+        for name in names:
+            user = self.store.get_user(name=name)
+            if user is None or user.membership(project.uuid) is None:
+                missing.append(name)
+            else:
+                found.append(user.uuid)
+        if missing:
+            raise AmsError(404, f"User(s): {', '.join(missing)} do not exist", "NOT_FOUND")
+        return found
+
+    def acl_names(self, uuids: list[str]) -> list[str]:
+        users = self.store.get_users(uuids)
+        return [users[u].name for u in uuids if u in users]
+
+    def modify_topic_acl(self, project: Project, name: str, body: Any) -> None:
+        topic = self.topic(project, name)
+        topic.acl = self._acl_users(project, body, "Topic")
+        self.store.update_topic(topic)
+
+    def modify_sub_acl(self, project: Project, name: str, body: Any) -> None:
+        sub = self.subscription(project, name)
+        sub.acl = self._acl_users(project, body, "Subscription")
+        self.store.update_subscription(sub)
+
+    # ----------------------------------------------------------------- topics -----------
+    def _schema_ref(self, project: Project, ref: str) -> str:
+        parts = ref.split("/")
+        if len(parts) != 4 or parts[0] != "projects" or parts[2] != "schemas" or parts[1] != project.name:
+            raise AmsError.invalid_data("wrong schema name declaration")
+        # Schemas arrive with their own API; until then none exists.
+        raise AmsError.not_found("Schema")
+
+    def create_topic(self, project: Project, name: str, body: Any) -> Topic:
+        bad = AmsError.invalid_request_body()
+        body = as_object({} if body is None else body, bad)
+        if not all(isinstance(v, str) for v in body.values()):
+            raise bad
+        schema_uuid = ""
+        if body.get("schema"):
+            schema_uuid = self._schema_ref(project, body["schema"])
+        topic = Topic(project.uuid, name, now_ns(), [], schema_uuid)
+        self.log.create_topic(topic_key(project, name))
+        if not self.store.create_topic(topic):
+            raise AmsError.conflict("Topic")
+        return topic
+
+    def delete_topic(self, project: Project, name: str) -> None:
+        if not self.store.delete_topic(project.uuid, name):
+            raise AmsError.not_found("Topic")
+        self.log.delete_topic(topic_key(project, name))
+
+    def list_topics(
+        self, caller: Caller, project: Project, page_size: str | None, page_token: str | None
+    ) -> Page[Topic]:
+        size, token = self._page_args(page_size, page_token)
+        acl_user = self._filtered_for(caller, PUBLISHER)
+        page: Page[Topic] = self._paged(self.store.list_topics, project.uuid, acl_user, size, token)
+        return page
+
+    def _messages(self, body: Any) -> list[NewMessage]:
+        body = as_object(body, _BAD_MESSAGE)
+        raw = body.get("messages")
+        if not isinstance(raw, list):
+            raise _BAD_MESSAGE
+        limits = self.settings
+        if len(raw) > limits.max_publish_messages:
+            raise AmsError.invalid_data(
+                f"Too many messages in one request (the limit is {limits.max_publish_messages})"
+            )
+        out: list[NewMessage] = []
+        for index, item in enumerate(raw):
+            item = as_object(item, _BAD_MESSAGE)
+            data = item.get("data", "")
+            attributes = item.get("attributes") or {}
+            if not isinstance(data, str) or not isinstance(attributes, dict):
+                raise _BAD_MESSAGE
+            if not all(isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
+                raise _BAD_MESSAGE
+            if len(attributes) > limits.max_attributes:
+                raise AmsError.invalid_data(
+                    f"Message {index} has too many attributes (the limit is {limits.max_attributes})"
+                )
+            try:
+                decoded = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise AmsError.invalid_data(f"Message {index} is not in valid base64 encoding") from exc
+            if not decoded and not attributes:
+                raise AmsError.invalid_data(f"Message {index} has neither data nor attributes")
+            size = len(decoded) + sum(len(k.encode()) + len(v.encode()) for k, v in attributes.items())
+            if size > limits.max_message_bytes:
+                raise AmsError.too_large()
+            out.append(NewMessage(data, dict(attributes)))
+        return out
+
+    def publish(self, caller: Caller, project: Project, name: str, body: Any) -> list[str]:
+        topic = self.topic(project, name)
+        if self._acl_applies(caller, PUBLISHER) and caller.uuid not in topic.acl:
+            raise AmsError.forbidden()
+        messages = self._messages(body)
+        if not messages:
+            return []
+        stored = self.log.append(topic_key(project, name), messages)
+        return [str(m.offset) for m in stored]
+
+    # ----------------------------------------------------------------- subscriptions ----
+    def _deadline(self, body: dict[str, Any], default: int | None) -> int:
+        value = opt_int(body, "ackDeadlineSeconds", _BAD_DEADLINE)
+        if value is None or value == 0:
+            if default is None:
+                return 0
+            return default
+        if not 0 <= value <= 600:
+            raise _BAD_DEADLINE
+        return value
+
+    def create_subscription(self, project: Project, name: str, body: Any) -> Subscription:
+        body = as_object(body, _BAD_SUB)
+        ref = opt_str(body, "topic", _BAD_SUB) or ""
+        parts = ref.split("/")
+        if len(parts) != 4 or parts[0] != "projects" or parts[2] != "topics" or parts[1] != project.name:
+            raise AmsError.invalid_name("Topic")
+        deadline = self._deadline(body, self.settings.default_ack_deadline)
+        config = push.parse(body.get("pushConfig"))
+        if config.enabled and not self.settings.push_enabled:
+            raise AmsError.generic_conflict("Push functionality is currently disabled")
+        topic = self.topic(project, parts[3])
+        _, start = self.log.bounds(topic_key(project, topic.name))
+        sub = Subscription(project.uuid, name, topic.name, deadline, config, now_ns(), [])
+        if not self.store.create_subscription(sub, start):
+            raise AmsError.conflict("Subscription")
+        return sub
+
+    def delete_subscription(self, project: Project, name: str) -> None:
+        if not self.store.delete_subscription(project.uuid, name):
+            raise AmsError.not_found("Subscription")
+
+    def list_subscriptions(
+        self, caller: Caller, project: Project, page_size: str | None, page_token: str | None
+    ) -> Page[Subscription]:
+        size, token = self._page_args(page_size, page_token)
+        acl_user = self._filtered_for(caller, CONSUMER)
+        page: Page[Subscription] = self._paged(self.store.list_subscriptions, project.uuid, acl_user, size, token)
+        return page
+
+    def topic_subscriptions(self, project: Project, name: str) -> list[str]:
+        self.topic(project, name)
+        return self.store.subscriptions_of_topic(project.uuid, name)
+
+    def modify_ack_deadline(self, project: Project, name: str, body: Any) -> None:
+        body = as_object(body, _BAD_DEADLINE)
+        if "ackDeadlineSeconds" not in body:
+            raise _BAD_DEADLINE
+        deadline = self._deadline(body, None)
+        sub = self.subscription(project, name)
+        sub.ack_deadline = deadline
+        self.store.update_subscription(sub)
+
+    def modify_push_config(self, project: Project, name: str, body: Any) -> None:
+        body = as_object(body, _BAD_SUB)
+        raw = body.get("pushConfig")
+        if raw is not None and not isinstance(raw, dict):
+            raise _BAD_SUB
+        sub = self.subscription(project, name)
+        config = push.parse(raw, sub.push)
+        if config.enabled and not self.settings.push_enabled:
+            raise AmsError.generic_conflict("Push functionality is currently disabled")
+        sub.push = config
+        self.store.update_subscription(sub)
+
+    # ----------------------------------------------------------------- pull and ack -----
+    def _live_topic_key(self, project: Project, sub: Subscription) -> str:
+        if self.store.get_topic(project.uuid, sub.topic) is None:
+            raise AmsError.generic_conflict("Subscription's topic doesn't exist")
+        return topic_key(project, sub.topic)
+
+    def pull(self, caller: Caller, project: Project, name: str, body: Any) -> list[Delivery]:
+        sub = self.subscription(project, name)
+        if sub.push.enabled:
+            if not self.settings.push_enabled and caller.has(PUSH_WORKER):
+                raise AmsError.generic_conflict("Push functionality is currently disabled")
+            if not (caller.has(PUSH_WORKER) or caller.is_service_admin):
+                raise AmsError.forbidden()
+        if self._acl_applies(caller, CONSUMER) and caller.uuid not in sub.acl:
+            raise AmsError.forbidden()
+        key = self._live_topic_key(project, sub)
+        body = as_object(body, _BAD_PULL)
+        max_messages = opt_int(body, "maxMessages", _BAD_PULL) or 1
+        max_messages = min(max(max_messages, 1), self.settings.max_pull_messages)
+        immediately = opt_bool(body, "returnImmediately", _BAD_PULL)
+        wait = 0.0 if immediately else self.settings.pull_wait_seconds
+        give_up = time.monotonic() + wait
+        while True:
+            messages = self._lease(project, sub, key, max_messages)
+            if messages:
+                prefix = f"projects/{project.name}/subscriptions/{sub.name}:"
+                return [Delivery(f"{prefix}{m.offset}", m) for m in messages]
+            remaining = give_up - time.monotonic()
+            if remaining <= 0 or self.stopping.is_set():
+                return []
+            self.log.wait_for_append(key, remaining)
+
+    def _lease(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:
+        for _ in range(_SWAP_ATTEMPTS):
+            cursor = self.store.get_cursor(project.uuid, sub.name)
+            if cursor is None:
+                raise AmsError.not_found("Subscription")
+            low, high = self.log.bounds(key)
+            now = now_ns()
+            found = cur.next_free_range(cursor, low, high, now, max_messages)
+            if found is None:
+                return []
+            base, start, end = found
+            messages = self.log.read(key, start, end, self.settings.max_pull_bytes)
+            if not messages or messages[0].offset != start:
+                continue  # retention removed them meanwhile: look again
+            leased = cur.with_lease(base, start, messages[-1].offset + 1, now, sub.ack_deadline)
+            if self.store.swap_cursor(project.uuid, sub.name, leased):
+                return messages
+        raise AmsError.unavailable("The subscription is too busy, try again")
+
+    _ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)$")
+
+    def acknowledge(self, project: Project, name: str, body: Any) -> None:
+        sub = self.subscription(project, name)
+        bad = AmsError.invalid_data("Invalid ack parameter")
+        body = as_object(body, bad)
+        ids = body.get("ackIds")
+        if not isinstance(ids, list) or not ids:
+            raise AmsError.invalid_data("Invalid ack id")
+        offsets: list[int] = []
+        for ack_id in ids:
+            match = self._ACK_ID.match(ack_id) if isinstance(ack_id, str) else None
+            if not match or match.group(1) != project.name or match.group(2) != sub.name:
+                raise AmsError.invalid_data("Invalid ack id")
+            offsets.append(int(match.group(3)))
+        for _ in range(_SWAP_ATTEMPTS):
+            cursor = self.store.get_cursor(project.uuid, sub.name)
+            if cursor is None:
+                raise AmsError.not_found("Subscription")
+            try:
+                updated = cur.acknowledge(cursor, offsets, now_ns())
+            except cur.AckError as exc:
+                if exc.cursor is not cursor:
+                    self.store.swap_cursor(project.uuid, sub.name, exc.cursor)
+                if exc.problem is cur.AckProblem.TIMEOUT:
+                    raise AmsError.timeout() from exc
+                if exc.problem is cur.AckProblem.NO_PENDING:
+                    raise AmsError.generic_conflict("no ack pending") from exc
+                raise AmsError.invalid_data("wrong ack") from exc
+            if self.store.swap_cursor(project.uuid, sub.name, updated):
+                return
+        raise AmsError.unavailable("The subscription is too busy, try again")
+
+    # ----------------------------------------------------------------- offsets ----------
+    def offsets(self, project: Project, name: str) -> dict[str, int]:
+        sub = self.subscription(project, name)
+        low, high = self.log.bounds(topic_key(project, sub.topic))
+        for _ in range(_SWAP_ATTEMPTS):
+            cursor = self.store.get_cursor(project.uuid, sub.name)
+            if cursor is None:
+                raise AmsError.not_found("Subscription")
+            if cursor.offset >= low:
+                return {"max": high, "min": low, "current": cursor.offset}
+            if self.store.swap_cursor(project.uuid, sub.name, cur.normalize(cursor, low)):
+                return {"max": high, "min": low, "current": low}
+        raise AmsError.unavailable("The subscription is too busy, try again")
+
+    def modify_offset(self, project: Project, name: str, body: Any) -> None:
+        body = as_object(body, _BAD_OFFSET)
+        offset = opt_int(body, "offset", _BAD_OFFSET)
+        if offset is None:
+            raise _BAD_OFFSET
+        sub = self.subscription(project, name)
+        low, high = self.log.bounds(topic_key(project, sub.topic))
+        if not low <= offset <= high:
+            raise AmsError.invalid_data("Offset out of bounds")
+        for _ in range(_SWAP_ATTEMPTS):
+            cursor = self.store.get_cursor(project.uuid, sub.name)
+            if cursor is None:
+                raise AmsError.not_found("Subscription")
+            fresh = Cursor(offset=offset, version=cursor.version)
+            if self.store.swap_cursor(project.uuid, sub.name, fresh):
+                return
+        raise AmsError.unavailable("The subscription is too busy, try again")
+
+    def time_to_offset(self, project: Project, name: str, when: str | None) -> int:
+        sub = self.subscription(project, name)
+        try:
+            ns = parse_iso8601_ns(when or "")
+        except ValueError as exc:
+            raise AmsError.invalid_data("Time is not in valid Zulu format.") from exc
+        offset = self.log.offset_for_time(topic_key(project, sub.topic), ns)
+        if offset is None:
+            raise AmsError.generic_conflict("Timestamp is out of bounds for the subscription's topic/partition")
+        return offset

@@ -1,0 +1,150 @@
+"""Leases and acknowledgements on a subscription cursor. Pure functions, no I/O.
+
+A pull leases a contiguous range of messages for the ack deadline; messages leased to one
+consumer are not handed to another until the lease expires. An ack id acknowledges its
+message and every earlier message of the same lease (acks are cumulative within a pull).
+Everything below ``cursor.offset`` is acknowledged; acknowledged ranges above it (acked out
+of order by other consumers) are kept until the offset reaches them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+
+from ams_app.models import Cursor, Lease
+
+NS = 1_000_000_000
+
+
+def expired(lease: Lease, now_ns: int) -> bool:
+    """Late when whole seconds since delivery exceed the deadline (as the original server)."""
+    return (now_ns - lease.delivered_ns) // NS > lease.deadline_s
+
+
+def expiry_ns(lease: Lease) -> int:
+    return lease.delivered_ns + (lease.deadline_s + 1) * NS
+
+
+def _copy(cursor: Cursor) -> Cursor:
+    return Cursor(
+        offset=cursor.offset,
+        leases=[dataclasses.replace(lease) for lease in cursor.leases],
+        acked=list(cursor.acked),
+        version=cursor.version,
+    )
+
+
+def normalize(cursor: Cursor, log_min: int) -> Cursor:
+    """Move the offset over retention and over acknowledged ranges; merge ranges."""
+    c = _copy(cursor)
+    c.offset = max(c.offset, log_min)
+    c.leases = sorted(
+        (
+            dataclasses.replace(lease, start=max(lease.start, c.offset))
+            for lease in c.leases
+            if lease.end > c.offset
+        ),
+        key=lambda lease: lease.start,
+    )
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(c.acked):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    acked: list[tuple[int, int]] = []
+    for start, end in merged:
+        if start <= c.offset:
+            c.offset = max(c.offset, end)
+        else:
+            acked.append((start, end))
+    c.acked = [(s, e) for s, e in acked if e > c.offset]
+    return c
+
+
+def next_free_range(
+    cursor: Cursor, log_min: int, log_max: int, now_ns: int, max_count: int
+) -> tuple[Cursor, int, int] | None:
+    """The cursor without expired leases, and the first range [start, end) free to lease."""
+    c = _copy(cursor)
+    c.leases = [lease for lease in c.leases if not expired(lease, now_ns)]
+    c = normalize(c, log_min)
+    occupied = sorted([(lease.start, lease.end) for lease in c.leases] + c.acked)
+    start = c.offset
+    limit = log_max
+    for s, e in occupied:
+        if start < s:
+            limit = min(limit, s)
+            break
+        start = max(start, e)
+    end = min(limit, log_max, start + max(1, max_count))
+    if start >= end:
+        return None
+    return c, start, end
+
+
+def with_lease(cursor: Cursor, start: int, end: int, now_ns: int, deadline_s: int) -> Cursor:
+    c = _copy(cursor)
+    c.leases = sorted([*c.leases, Lease(start, end, now_ns, deadline_s)], key=lambda lease: lease.start)
+    return c
+
+
+def next_wakeup_ns(cursor: Cursor, now_ns: int) -> int | None:
+    """When the earliest active lease expires, if any."""
+    times = [expiry_ns(lease) for lease in cursor.leases if not expired(lease, now_ns)]
+    return min(times) if times else None
+
+
+class AckProblem(Enum):
+    WRONG = "wrong ack"
+    NO_PENDING = "no ack pending"
+    TIMEOUT = "ack timeout"
+
+
+class AckError(Exception):
+    def __init__(self, problem: AckProblem, cursor: Cursor) -> None:
+        super().__init__(problem.value)
+        self.problem = problem
+        self.cursor = cursor  # what to store anyway (expired leases dropped), or unchanged
+
+
+def acknowledge(cursor: Cursor, offsets: list[int], now_ns: int) -> Cursor:
+    """Apply acks for ``offsets``; all or nothing. Raises AckError."""
+    c = _copy(cursor)
+    active = [lease for lease in c.leases if not expired(lease, now_ns)]
+    per_lease: dict[int, int] = {}
+    late = False
+    wrong = False
+    unknown = False
+    for m in offsets:
+        if m < c.offset or any(s <= m < e for s, e in c.acked):
+            wrong = True
+            continue
+        for index, lease in enumerate(c.leases):
+            if lease.start <= m < lease.end:
+                if expired(lease, now_ns):
+                    late = True
+                else:
+                    per_lease[index] = max(per_lease.get(index, m), m)
+                break
+        else:
+            unknown = True
+    if wrong or (unknown and active):
+        raise AckError(AckProblem.WRONG, cursor)
+    if unknown:
+        raise AckError(AckProblem.NO_PENDING, cursor)
+    if late:
+        c.leases = active
+        raise AckError(AckProblem.TIMEOUT, c)
+    leases: list[Lease] = []
+    for index, lease in enumerate(c.leases):
+        top = per_lease.get(index)
+        if top is None:
+            leases.append(lease)
+            continue
+        c.acked.append((lease.start, top + 1))
+        if top + 1 < lease.end:
+            leases.append(dataclasses.replace(lease, start=top + 1))
+    c.leases = leases
+    return normalize(c, c.offset)

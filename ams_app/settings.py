@@ -1,0 +1,154 @@
+"""One typed settings object: defaults <- YAML file <- ``AMS_*`` environment <- command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class SettingsError(ValueError):
+    """A setting has a value of the wrong type or out of range."""
+
+
+@dataclass
+class Settings:
+    # --- listening -------------------------------------------------------------------------
+    #: Address to bind; keep it private behind a load balancer.
+    host: str = "127.0.0.1"
+    #: TCP port of the API.
+    port: int = 8080
+    #: PEM certificate and key: when both are set the service speaks HTTPS itself.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: Greenlets serving requests at once (each long-poll pull holds one).
+    max_connections: int = 1000
+    #: Seconds that in-flight requests get to finish after SIGTERM.
+    shutdown_timeout: float = 15.0
+    #: Host name reported by /v1/version (omitted when empty).
+    proxy_hostname: str = ""
+
+    # --- backend ---------------------------------------------------------------------------
+    #: Which backend pair to use; ``embedded`` keeps everything in SQLite under data_dir.
+    backend: str = "embedded"
+    #: Where the embedded backend keeps its databases.
+    data_dir: str = "/var/lib/ams"
+    #: Messages older than this are removed from the embedded log (0 keeps them for ever).
+    log_retention_seconds: int = 7 * 24 * 3600
+
+    # --- auth ------------------------------------------------------------------------------
+    #: Bootstrap key that acts as a service admin; empty disables it.
+    service_token: str = ""
+    #: Enforce per-topic and per-subscription ACLs for publishers and consumers.
+    per_resource_auth: bool = True
+
+    # --- messaging -------------------------------------------------------------------------
+    #: Longest time a pull with returnImmediately=false waits for messages (seconds).
+    pull_wait_seconds: float = 10.0
+    #: Ack deadline given to subscriptions created without one (seconds).
+    default_ack_deadline: int = 10
+    #: Most messages one pull returns.
+    max_pull_messages: int = 1000
+    #: Most payload bytes one pull returns (at least one message is always returned).
+    max_pull_bytes: int = 10 * 1024 * 1024
+    #: Largest message accepted: decoded data plus attribute keys and values (bytes).
+    max_message_bytes: int = 1024 * 1024
+    #: Most messages in one publish request.
+    max_publish_messages: int = 1000
+    #: Largest request body accepted (bytes).
+    max_request_bytes: int = 10 * 1024 * 1024
+    #: Most attributes on one message.
+    max_attributes: int = 100
+    #: Push subscriptions can be configured.
+    push_enabled: bool = True
+
+    # --- logging ---------------------------------------------------------------------------
+    log_level: str = "INFO"
+
+    def validate(self) -> Settings:
+        if not 0 < self.port < 65536:
+            raise SettingsError("port must be between 1 and 65535")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise SettingsError("tls_cert and tls_key must be given together")
+        if self.backend not in ("embedded",):
+            raise SettingsError(f"unknown backend {self.backend!r} (known: embedded)")
+        for name in (
+            "max_connections",
+            "max_pull_messages",
+            "max_pull_bytes",
+            "max_message_bytes",
+            "max_publish_messages",
+            "max_request_bytes",
+            "max_attributes",
+        ):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} must be at least 1")
+        if self.pull_wait_seconds < 0:
+            raise SettingsError("pull_wait_seconds must not be negative")
+        if not 1 <= self.default_ack_deadline <= 600:
+            raise SettingsError("default_ack_deadline must be between 1 and 600")
+        return self
+
+
+_FIELDS = {f.name: f for f in fields(Settings)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = _FIELDS[name].type
+    if value is None:
+        if "None" in str(kind):
+            return None
+        raise SettingsError(f"{name} must not be empty")
+    try:
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if kind == "float":
+            return float(value)
+        text = str(value)
+        return text if text or "None" not in str(kind) else None
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{name}: {value!r} is not a valid {kind}") from exc
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Settings:
+    """Build the settings from the layers, in increasing precedence."""
+    values: dict[str, Any] = {}
+    env = os.environ if environ is None else environ
+    config_file = config_file or env.get("AMS_CONFIG") or None
+    if config_file:
+        loaded = yaml.safe_load(Path(config_file).read_text(encoding="utf-8")) or {}
+        if not isinstance(loaded, dict):
+            raise SettingsError(f"{config_file}: the settings file must hold a mapping")
+        for key, value in loaded.items():
+            if key not in _FIELDS:
+                raise SettingsError(f"{config_file}: unknown setting {key!r}")
+            values[key] = _coerce(key, value)
+    for key, value in env.items():
+        if key.startswith("AMS_") and key != "AMS_CONFIG":
+            name = key[4:].lower()
+            if name in _FIELDS:
+                values[name] = _coerce(name, value)
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            values[key] = _coerce(key, value)
+    return dataclasses.replace(Settings(), **values).validate()
