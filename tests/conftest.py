@@ -1,0 +1,84 @@
+"""Shared fixtures: a trusted test CA, and a real AMS server speaking HTTPS on loopback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from tests.helpers import AmsServer, Api
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    """Under CI=true a skipped test is a failure: nothing may be silently left out."""
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = f"skipped under CI=true: {report.longrepr}"
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+    """(cert, key, ca) for 127.0.0.1 and localhost; requests trusts the CA through
+    REQUESTS_CA_BUNDLE, which is how argo-ams-library's calls verify the server."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    root = tmp_path_factory.mktemp("tls")
+    cert_path, key_path, ca_path = root / "cert.pem", root / "key.pem", root / "ca.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(cert_path))
+    cert.private_key_pem.write_to_path(str(key_path))
+    ca.cert_pem.write_to_path(str(ca_path))
+    old = os.environ.get("REQUESTS_CA_BUNDLE")
+    os.environ["REQUESTS_CA_BUNDLE"] = str(ca_path)
+    yield str(cert_path), str(key_path), str(ca_path)
+    if old is None:
+        os.environ.pop("REQUESTS_CA_BUNDLE", None)
+    else:
+        os.environ["REQUESTS_CA_BUNDLE"] = old
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, tls_files: tuple[str, str, str]) -> Iterator[AmsServer]:
+    """One HTTPS server for the API tests; each test works in projects of its own."""
+    srv = AmsServer(tmp_path_factory.mktemp("ams") / "data", tls=(tls_files[0], tls_files[1])).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def api(server: AmsServer) -> Api:
+    """A client holding the service token."""
+    return server.api()
+
+
+@pytest.fixture
+def project(api: Api) -> str:
+    return api.new_project()
+
+
+@pytest.fixture
+def make_server(tmp_path: Path, tls_files: tuple[str, str, str]) -> Iterator[Any]:
+    """Start servers of one's own (for restarts, kills and settings); all stopped at the end."""
+    started: list[AmsServer] = []
+
+    def make(data_dir: Path | None = None, tls: bool = True, **env: str) -> AmsServer:
+        srv = AmsServer(
+            data_dir or tmp_path / "data",
+            tls=(tls_files[0], tls_files[1]) if tls else None,
+            env={k.upper(): v for k, v in env.items()},
+        )
+        started.append(srv)
+        return srv.start()
+
+    yield make
+    for srv in started:
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.kill()

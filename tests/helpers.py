@@ -1,0 +1,171 @@
+"""Test helpers: a real AMS server in a subprocess, and a small HTTP client for it."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def b64(text: str | bytes) -> str:
+    raw = text.encode() if isinstance(text, str) else text
+    return base64.b64encode(raw).decode()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+class AmsServer:
+    """``ams serve`` on loopback, started and stopped like an operator would."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        tls: tuple[str, str] | None = None,
+        token: str = "test-service-token",
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.data_dir = data_dir
+        self.tls = tls
+        self.token = token
+        self.port = free_port()
+        self.env = {"AMS_PULL_WAIT_SECONDS": "2", **(env or {})}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
+
+    @property
+    def host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def url(self) -> str:
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}/v1"
+
+    def start(self) -> AmsServer:
+        cmd = [sys.executable, "-m", "ams_app", "serve", "--data-dir", str(self.data_dir)]
+        cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+        if self.tls:
+            cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
+        env = {**os.environ, "AMS_SERVICE_TOKEN": self.token, **self.env}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")
+            try:
+                if requests.get(f"{self.url}/status", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                time.sleep(0.1)
+        raise RuntimeError(f"server did not answer in time: {self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, timeout: float = 30) -> int:
+        """SIGTERM and wait: the graceful path."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL: the crash path."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(10)
+
+    def api(self, token: str | None = None) -> Api:
+        return Api(self.url, self.token if token is None else token)
+
+
+class Api:
+    """requests with the base URL and a token (in ``x-api-key``)."""
+
+    def __init__(self, base: str, token: str) -> None:
+        self.base = base
+        self.token = token
+        self.session = requests.Session()
+
+    def as_(self, token: str) -> Api:
+        return Api(self.base, token)
+
+    def request(self, method: str, path: str, body: Any = None, *, raw: bytes | str | None = None, **kw: Any) -> Any:
+        headers = kw.pop("headers", {})
+        if self.token:
+            headers.setdefault("x-api-key", self.token)
+        kw.setdefault("timeout", 30)
+        if raw is not None:
+            kw["data"] = raw
+        elif body is not None:
+            kw["json"] = body
+        return self.session.request(method, self.base + path, headers=headers, **kw)
+
+    def get(self, path: str, **kw: Any) -> Any:
+        return self.request("GET", path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Any:
+        return self.request("POST", path, body, **kw)
+
+    def put(self, path: str, body: Any = None, **kw: Any) -> Any:
+        return self.request("PUT", path, body, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Any:
+        return self.request("DELETE", path, **kw)
+
+    # --- shortcuts for arranging a test -------------------------------------------------
+    def ok(self, method: str, path: str, body: Any = None, **kw: Any) -> Any:
+        r = self.request(method, path, body, **kw)
+        assert r.status_code == 200, (method, path, r.status_code, r.text)
+        return r.json() if r.content else None
+
+    def new_project(self, prefix: str = "proj") -> str:
+        name = unique(prefix)
+        self.ok("POST", f"/projects/{name}", {"description": "test"})
+        return name
+
+    def new_user(self, name: str | None = None, **body: Any) -> dict[str, Any]:
+        name = name or unique("user")
+        return dict(self.ok("POST", f"/users/{name}", body))
+
+    def publish(self, project: str, topic: str, *payloads: str, attributes: dict[str, str] | None = None) -> list[str]:
+        messages = [{"data": b64(p), **({"attributes": attributes} if attributes else {})} for p in payloads]
+        return list(self.ok("POST", f"/projects/{project}/topics/{topic}:publish", {"messages": messages})["messageIds"])
+
+    def pull(self, project: str, sub: str, n: int = 10, immediately: bool = True) -> list[dict[str, Any]]:
+        body = {"maxMessages": str(n), "returnImmediately": "true" if immediately else "false"}
+        return list(self.ok("POST", f"/projects/{project}/subscriptions/{sub}:pull", body)["receivedMessages"])
+
+    def ack(self, project: str, sub: str, ack_ids: list[str]) -> Any:
+        return self.post(f"/projects/{project}/subscriptions/{sub}:acknowledge", {"ackIds": ack_ids})
+
+
+def error_of(response: Any) -> dict[str, Any]:
+    """The error envelope of a response, asserting its shape."""
+    assert response.headers["Content-Type"].startswith("application/json"), response.text
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message", "status"}, body
+    assert body["error"]["code"] == response.status_code
+    return dict(body["error"])
