@@ -52,7 +52,13 @@ def serve(settings: Settings) -> int:
 
     server.start()
     scheme = "https" if tls else "http"
-    log.info("AMS listening on %s://%s:%d (data in %s)", scheme, settings.host, server.server_port, settings.data_dir)
+    log.info(
+        "AMS listening on %s://%s:%d (data in %s)",
+        scheme,
+        settings.host,
+        server.server_port,
+        settings.data_dir,
+    )
     server.serve_forever()
     service.close()
     log.info("stopped")

@@ -281,9 +281,7 @@ def subs_delete(ctx: Ctx, project: str, subscription: str) -> Response:
 
 @add_route(bp, S + ":pull", "subscriptions:pull", "POST")
 def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
-    deliveries = ctx.svc.pull(
-        ctx.caller, ctx.proj, subscription, body() or {}
-    )
+    deliveries = ctx.svc.pull(ctx.caller, ctx.proj, subscription, body() or {})
     return ok({"receivedMessages": [delivery_view(d) for d in deliveries]})
 
 
@@ -330,4 +328,3 @@ def subs_acl(ctx: Ctx, project: str, subscription: str) -> Response:
 def subs_modify_acl(ctx: Ctx, project: str, subscription: str) -> Response:
     ctx.svc.modify_sub_acl(ctx.proj, subscription, body())
     return empty()
-

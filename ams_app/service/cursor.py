@@ -40,11 +40,7 @@ def normalize(cursor: Cursor, log_min: int) -> Cursor:
     c = _copy(cursor)
     c.offset = max(c.offset, log_min)
     c.leases = sorted(
-        (
-            dataclasses.replace(lease, start=max(lease.start, c.offset))
-            for lease in c.leases
-            if lease.end > c.offset
-        ),
+        (dataclasses.replace(lease, start=max(lease.start, c.offset)) for lease in c.leases if lease.end > c.offset),
         key=lambda lease: lease.start,
     )
     merged: list[tuple[int, int]] = []

@@ -104,7 +104,5 @@ def parse(raw: Any, old: PushConfig | None = None) -> PushConfig:
     )
     if previous and previous.push_endpoint == endpoint:
         # Same endpoint: it stays verified under the hash it was verified with.
-        config = dataclasses.replace(
-            config, verification_hash=previous.verification_hash, verified=previous.verified
-        )
+        config = dataclasses.replace(config, verification_hash=previous.verification_hash, verified=previous.verified)
     return config

@@ -59,7 +59,8 @@ class SqliteMessageLog:
         # A topic's counter outlives the topic: offsets (message ids) are never reused.
         self.db.run(
             lambda c: c.execute(
-                "INSERT OR IGNORE INTO log_topics (key, next_offset, min_offset, last_ns) VALUES (?,0,0,0)", (key,)
+                "INSERT OR IGNORE INTO log_topics (key, next_offset, min_offset, last_ns) VALUES (?,0,0,0)",
+                (key,),
             )
         )
 
@@ -94,7 +95,8 @@ class SqliteMessageLog:
                 [(key, s.offset, s.publish_ns, json.dumps(s.attributes), s.data) for s in stored],
             )
             conn.execute(
-                "UPDATE log_topics SET next_offset=?, last_ns=? WHERE key=?", (offset + len(messages), ns, key)
+                "UPDATE log_topics SET next_offset=?, last_ns=? WHERE key=?",
+                (offset + len(messages), ns, key),
             )
             return stored
 

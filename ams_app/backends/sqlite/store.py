@@ -162,9 +162,7 @@ class SqliteMetadataStore:
 
     def get_project(self, *, name: str | None = None, uuid: str | None = None) -> Project | None:
         column, value = ("name", name) if name is not None else ("uuid", uuid)
-        row = self.db.read(
-            lambda c: c.execute(f"SELECT doc FROM projects WHERE {column}=?", (value,)).fetchone()
-        )
+        row = self.db.read(lambda c: c.execute(f"SELECT doc FROM projects WHERE {column}=?", (value,)).fetchone())
         return Project(**json.loads(row[0])) if row else None
 
     def list_projects(self) -> list[Project]:
@@ -226,9 +224,7 @@ class SqliteMetadataStore:
 
         return self.db.run(tx)
 
-    def get_user(
-        self, *, name: str | None = None, uuid: str | None = None, token: str | None = None
-    ) -> User | None:
+    def get_user(self, *, name: str | None = None, uuid: str | None = None, token: str | None = None) -> User | None:
         if name is not None:
             column, value = "name", name
         elif uuid is not None:
@@ -310,7 +306,9 @@ class SqliteMetadataStore:
 
     def get_topic(self, project_uuid: str, name: str) -> Topic | None:
         def tx(conn: sqlite3.Connection) -> Topic | None:
-            row = conn.execute("SELECT doc FROM topics WHERE project_uuid=? AND name=?", (project_uuid, name)).fetchone()
+            row = conn.execute(
+                "SELECT doc FROM topics WHERE project_uuid=? AND name=?", (project_uuid, name)
+            ).fetchone()
             return self._topic(conn, row[0]) if row else None
 
         return self.db.read(tx)
@@ -340,7 +338,9 @@ class SqliteMetadataStore:
             where += " AND EXISTS (SELECT 1 FROM acl a WHERE a.kind='topic' AND a.project_uuid=t.project_uuid"
             where += " AND a.name=t.name AND a.user_uuid=?)"
             args.append(acl_user)
-        return self.db.read(lambda c: _page(c, "topics", where, args, page_size, page_token, lambda r: self._topic(c, r[1])))
+        return self.db.read(
+            lambda c: _page(c, "topics", where, args, page_size, page_token, lambda r: self._topic(c, r[1]))
+        )
 
     # --- subscriptions ------------------------------------------------------------------
     def _sub(self, conn: sqlite3.Connection, doc: str) -> Subscription:
@@ -422,7 +422,8 @@ class SqliteMetadataStore:
     def get_cursor(self, project_uuid: str, name: str) -> Cursor | None:
         row = self.db.read(
             lambda c: c.execute(
-                "SELECT cursor, version FROM subscriptions WHERE project_uuid=? AND name=?", (project_uuid, name)
+                "SELECT cursor, version FROM subscriptions WHERE project_uuid=? AND name=?",
+                (project_uuid, name),
             ).fetchone()
         )
         return cursor_from_doc(json.loads(row[0]), row[1]) if row else None
