@@ -27,7 +27,6 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.converters["name"] = NameConverter
-    app.url_map.strict_slashes = False
     if service is None:
         store, log = open_backends(settings)
         service = AmsService(settings, store, log)

@@ -281,7 +281,8 @@ def subs_delete(ctx: Ctx, project: str, subscription: str) -> Response:
 
 @add_route(bp, S + ":pull", "subscriptions:pull", "POST")
 def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
-    deliveries = ctx.svc.pull(ctx.caller, ctx.proj, subscription, body() or {})
+    payload = body()
+    deliveries = ctx.svc.pull(ctx.caller, ctx.proj, subscription, {} if payload is None else payload)
     return ok({"receivedMessages": [delivery_view(d) for d in deliveries]})
 
 

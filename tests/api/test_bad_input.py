@@ -1,0 +1,155 @@
+"""Bad input never crashes anything and stores nothing: a clear 4xx in the JSON envelope."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import AmsServer, Api, b64, error_of, unique
+
+
+@pytest.fixture
+def topic(api: Api, project: str) -> str:
+    name = unique("topic")
+    api.ok("PUT", f"/projects/{project}/topics/{name}")
+    return name
+
+
+@pytest.fixture
+def sub(api: Api, project: str, topic: str) -> str:
+    name = unique("sub")
+    api.ok("PUT", f"/projects/{project}/subscriptions/{name}", {"topic": f"projects/{project}/topics/{topic}"})
+    return name
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("{not json", "Invalid Message Arguments"),
+        ("[]", "Invalid Message Arguments"),
+        ('{"messages": "x"}', "Invalid Message Arguments"),
+        ('{"messages": [1]}', "Invalid Message Arguments"),
+        ('{"messages": [{"data": 5}]}', "Invalid Message Arguments"),
+        ('{"messages": [{"data": "YQ==", "attributes": [{"key": "k", "value": "v"}]}]}', "Invalid Message Arguments"),
+        ('{"messages": [{"data": "YQ==", "attributes": {"k": 1}}]}', "Invalid Message Arguments"),
+        ('{"messages": [{"data": "not base64!"}]}', "Message 0 is not in valid base64 encoding"),
+        ('{"messages": [{"data": "YQ=="}, {"data": "YQ"}]}', "Message 1 is not in valid base64 encoding"),
+        ('{"messages": [{"data": ""}]}', "Message 0 has neither data nor attributes"),
+        ("", "Invalid Message Arguments"),
+        ("\xff\xfe", "Invalid Message Arguments"),
+    ],
+)
+def test_bad_publish_bodies(api: Api, project: str, topic: str, sub: str, raw: str, message: str) -> None:
+    r = api.post(f"/projects/{project}/topics/{topic}:publish", raw=raw.encode("latin-1"))
+    assert r.status_code == 400
+    assert error_of(r)["message"] == message
+    assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["max"] == 0
+
+
+def test_a_bad_message_refuses_the_whole_batch(api: Api, project: str, topic: str, sub: str) -> None:
+    body = {"messages": [{"data": b64("fine")}, {"data": "%%%"}]}
+    assert api.post(f"/projects/{project}/topics/{topic}:publish", body).status_code == 400
+    assert api.pull(project, sub) == []
+    assert api.publish(project, topic, "next") == ["0"]
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        ("{nope", 400),
+        ('{"maxMessages": "ten"}', 400),
+        ('{"maxMessages": [1]}', 400),
+        ('{"returnImmediately": "sometimes"}', 400),
+        ('{"returnImmediately": 3}', 400),
+        ("[]", 400),
+    ],
+)
+def test_bad_pull_bodies(api: Api, project: str, sub: str, raw: str, status: int) -> None:
+    r = api.post(f"/projects/{project}/subscriptions/{sub}:pull", raw=raw)
+    assert r.status_code == status
+    assert error_of(r) == {"code": 400, "message": "Invalid Pull Parameters Arguments", "status": "INVALID_ARGUMENT"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "raw", "message"),
+    [
+        ("PUT", "/projects/{p}/topics/t-new", "{bad", "Invalid Request Body"),
+        ("PUT", "/projects/{p}/topics/t-new", '{"schema": 1}', "Invalid Request Body"),
+        ("PUT", "/projects/{p}/subscriptions/s-new", "{bad", "Invalid Subscription Arguments"),
+        ("PUT", "/projects/{p}/subscriptions/s-new", '{"topic": ["x"]}', "Invalid Subscription Arguments"),
+        (
+            "POST",
+            "/projects/{p}/subscriptions/{s}:modifyPushConfig",
+            '{"pushConfig": 3}',
+            "Invalid Subscription Arguments",
+        ),
+        ("POST", "/projects/{p}/subscriptions/{s}:modifyOffset", "{bad", "Invalid Offset Arguments"),
+        ("POST", "/projects/{p}/subscriptions/{s}:modifyOffset", '{"offset": true}', "Invalid Offset Arguments"),
+        ("POST", "/projects/{p}/topics/{t}:modifyAcl", "{bad", "Invalid Topic ACL Arguments"),
+        ("POST", "/projects/{p}/topics/{t}:modifyAcl", '{"authorized_users": "x"}', "Invalid Topic ACL Arguments"),
+        ("POST", "/projects/{p}/subscriptions/{s}:modifyAcl", "{}", "Invalid Subscription ACL Arguments"),
+        ("POST", "/projects/new-{p}", "{bad", "Invalid Project Arguments"),
+        ("POST", "/projects/new-{p}", "", "Invalid Project Arguments"),
+        ("PUT", "/projects/{p}", '{"name": 3}', "Invalid Request Body"),
+        ("POST", "/users/new-{p}", '{"email": 3}', "Invalid User Arguments"),
+        ("POST", "/users/new-{p}", '{"projects": {"a": 1}}', "Invalid User Arguments"),
+        ("POST", "/users/new-{p}", "[1,2]", "Invalid User Arguments"),
+    ],
+)
+def test_bad_bodies_elsewhere(
+    api: Api, project: str, topic: str, sub: str, method: str, path: str, raw: str, message: str
+) -> None:
+    path = path.format(p=project, t=topic, s=sub)
+    r = api.request(method, path, raw=raw)
+    assert r.status_code == 400, r.text
+    assert error_of(r)["message"] == message
+    assert api.get(path.split(":")[0]).status_code in (404, 200)
+
+
+@pytest.mark.parametrize(
+    ("path", "var"),
+    [
+        ("/projects/bad.name/topics/t", "project"),
+        ("/projects/bad.name/topics/bad.too", "project"),
+        ("/projects/ok/topics/bad%20name", "topic"),
+        ("/projects/ok/subscriptions/b%C3%A4d", "subscription"),
+        ("/users/x.y", "user"),
+    ],
+)
+def test_bad_names_come_first(server: AmsServer, path: str, var: str) -> None:
+    r = server.api(token="").get(path)
+    assert error_of(r) == {"code": 400, "message": f"Invalid {var} name", "status": "INVALID_ARGUMENT"}
+
+
+def test_unknown_routes_and_methods_are_json(api: Api, project: str) -> None:
+    for path in ("/nope", "/projects", "/projects/", f"/projects/{project}/topics/t:frobnicate"):
+        r = api.post(path) if path == "/projects" else api.get(path)
+        assert r.status_code in (404, 405), path
+        error_of(r)
+    r = api.get("/v2/status")
+    assert error_of(r)["status"] == "NOT_FOUND"
+    r = api.delete("/status")
+    assert error_of(r) == {"code": 405, "message": "Method Not Allowed", "status": "METHOD_NOT_ALLOWED"}
+    assert "GET" in r.headers["Allow"]
+
+
+def test_limits_are_enforced(make_server) -> None:  # type: ignore[no-untyped-def]
+    srv = make_server(
+        ams_max_message_bytes="100",
+        ams_max_publish_messages="3",
+        ams_max_attributes="2",
+        ams_max_request_bytes="4096",
+    )
+    api = srv.api()
+    project = api.new_project()
+    api.ok("PUT", f"/projects/{project}/topics/t")
+    path = f"/projects/{project}/topics/t:publish"
+    r = api.post(path, {"messages": [{"data": b64("x" * 101)}]})
+    assert error_of(r) == {"code": 413, "message": "Message size is too large", "status": "INVALID_ARGUMENT"}
+    r = api.post(path, {"messages": [{"data": b64("x")}] * 4})
+    assert (r.status_code, error_of(r)["message"]) == (400, "Too many messages in one request (the limit is 3)")
+    r = api.post(path, {"messages": [{"data": b64("x"), "attributes": {"a": "1", "b": "2", "c": "3"}}]})
+    assert (r.status_code, error_of(r)["message"]) == (400, "Message 0 has too many attributes (the limit is 2)")
+    r = api.post(path, raw=b'{"messages": [{"data": "' + b"QUFB" * 2000 + b'"}]}')
+    assert error_of(r) == {"code": 413, "message": "Request body is too large", "status": "INVALID_ARGUMENT"}
+    assert api.post(path, {"messages": [{"data": b64("x" * 100)}]}).status_code == 200
+    assert srv.proc.poll() is None
