@@ -53,9 +53,8 @@ PULL_PUSH_CONFIG = {
 # ------------------------------------------------------------------------------ helpers ------
 def client(server: AmsServer, project: str = "", token: str | None = None) -> ArgoMessagingService:
     """A fresh library client (fresh topic/subscription caches) for ``project``."""
-    return ArgoMessagingService(
-        endpoint=server.host, token=server.token if token is None else token, project=project
-    )
+    tok = server.token if token is None else token
+    return ArgoMessagingService(endpoint=server.host, token=tok, project=project)
 
 
 def utc_now() -> datetime:
@@ -118,9 +117,7 @@ def sub(ams: ArgoMessagingService, topic: str) -> str:
 
 
 # ------------------------------------------------------------------------------- topics ------
-def test_topic_create_get_list_iter_delete(
-    server: AmsServer, ams: ArgoMessagingService, project: str
-) -> None:
+def test_topic_lifecycle(server: AmsServer, ams: ArgoMessagingService, project: str) -> None:
     first, second = unique("ta"), unique("tb")
 
     created = ams.create_topic(first)
@@ -181,9 +178,8 @@ def test_topic_acl(api: Api, ams: ArgoMessagingService, project: str, topic: str
 
     with pytest.raises(AmsServiceException) as err:
         ams.modifyacl_topic(topic, [bob, "nobody-at-all"])
-    assert_service_error(
-        err.value, 404, "topic_modifyacl", "User(s): nobody-at-all do not exist", "NOT_FOUND"
-    )
+    unknown = "User(s): nobody-at-all do not exist"
+    assert_service_error(err.value, 404, "topic_modifyacl", unknown, "NOT_FOUND")
     assert ams.getacl_topic(topic) == {"authorized_users": [bob]}  # unchanged
 
     assert ams.modifyacl_topic(topic, []) is True
@@ -265,9 +261,8 @@ def test_subscription_create_get_list_iter_delete(
 
     assert ams.delete_sub(first) == {}
     assert ams.has_sub(first) is False
-    assert [s["name"] for s in ams.list_subs()["subscriptions"]] == [
-        f"/projects/{project}/subscriptions/{second}"
-    ]
+    remaining = ams.list_subs()["subscriptions"]
+    assert [s["name"] for s in remaining] == [f"/projects/{project}/subscriptions/{second}"]
 
 
 def test_create_sub_on_missing_topic_is_404(ams: ArgoMessagingService) -> None:
@@ -297,9 +292,7 @@ def test_subscription_acl(api: Api, ams: ArgoMessagingService, project: str, sub
 
 
 # --------------------------------------------------------------------------- pull and ack ----
-def test_pull_returns_exact_messages_then_ack(
-    ams: ArgoMessagingService, project: str, topic: str, sub: str
-) -> None:
+def test_pull_exact_messages_then_ack(ams: ArgoMessagingService, project: str, topic: str, sub: str) -> None:
     text = "héllo wörld ✓"
     before = utc_now() - timedelta(seconds=1)
     ids = ams.publish(
@@ -358,9 +351,7 @@ def test_attribute_only_message_round_trip(ams: ArgoMessagingService, topic: str
     assert ams.ack_sub(sub, [ack_id]) is True
 
 
-def test_second_pull_before_ack_leases_the_next_messages(
-    ams: ArgoMessagingService, topic: str, sub: str
-) -> None:
+def test_second_pull_leases_the_next_messages(ams: ArgoMessagingService, topic: str, sub: str) -> None:
     ids = publish_texts(ams, topic, "a", "b", "c", "d")
 
     first = ams.pull_sub(sub, num=2, return_immediately=True)
@@ -385,9 +376,7 @@ def test_pullack_sub(ams: ArgoMessagingService, topic: str, sub: str) -> None:
     assert ams.pullack_sub(sub, num=3, return_immediately=True) == []
 
 
-def test_ack_after_deadline_is_408_and_messages_come_again(
-    ams: ArgoMessagingService, project: str, topic: str
-) -> None:
+def test_late_ack_is_408_and_redelivered(ams: ArgoMessagingService, project: str, topic: str) -> None:
     name = unique("short")
     assert ams.create_sub(name, topic, ackdeadline=1)["ackDeadlineSeconds"] == 1
     ids = publish_texts(ams, topic, "late-1", "late-2")
@@ -432,9 +421,7 @@ def test_ack_errors(ams: ArgoMessagingService, project: str, topic: str, sub: st
     assert ams.ack_sub(sub, [second]) is True  # the pending lease survived the bad acks
 
 
-def test_long_poll_pull_on_empty_subscription_waits_then_returns_empty(
-    ams: ArgoMessagingService, sub: str
-) -> None:
+def test_long_poll_on_empty_subscription_waits(ams: ArgoMessagingService, sub: str) -> None:
     started = time.monotonic()
     assert ams.pull_sub(sub, num=5, return_immediately=False) == []
     waited = time.monotonic() - started
@@ -455,9 +442,8 @@ def test_long_poll_pull_returns_when_a_message_arrives(
         time.sleep(0.4)
         assert not waiting.done()
         t0 = time.monotonic()
-        assert (
-            ams.get_topic(topic)["name"] == f"/projects/{project}/topics/{topic}"
-        )  # not blocked by the pull
+        # other requests are not blocked by the waiting pull
+        assert ams.get_topic(topic)["name"] == f"/projects/{project}/topics/{topic}"
         assert time.monotonic() - t0 < 1.0
         ids = publish_texts(ams, topic, "wake-up")
         pulled = waiting.result(timeout=10)
@@ -566,9 +552,7 @@ def test_time_to_offset_and_replay_by_timestamp(ams: ArgoMessagingService, topic
 
 
 # -------------------------------------------------------------------------------- users ------
-def test_user_create_get_by_token_uuid_profile(
-    server: AmsServer, ams: ArgoMessagingService, project: str
-) -> None:
+def test_user_create_and_lookups(server: AmsServer, ams: ArgoMessagingService, project: str) -> None:
     name = unique("user")
     created = ams.create_user(
         AmsUser(
@@ -613,10 +597,9 @@ def test_user_create_get_by_token_uuid_profile(
     with pytest.raises(AmsServiceException) as err:
         ams.create_user(AmsUser(name=name))
     assert_service_error(err.value, 409, "user_create", "User already exists", "ALREADY_EXISTS")
+    chef = AmsUser(name=unique("user"), projects=[AmsUserProject(project=project, roles=["chef"])])
     with pytest.raises(AmsServiceException) as err:
-        ams.create_user(
-            AmsUser(name=unique("user"), projects=[AmsUserProject(project=project, roles=["chef"])])
-        )
+        ams.create_user(chef)
     assert_service_error(err.value, 400, "user_create", "invalid role: chef", "INVALID_ARGUMENT")
 
 
@@ -645,9 +628,8 @@ def test_user_lookups_of_missing_users_are_404(ams: ArgoMessagingService) -> Non
 
 def test_update_user(api: Api, ams: ArgoMessagingService, project: str) -> None:
     name = unique("user")
-    ams.create_user(
-        AmsUser(name=name, email="old@example.org", projects=[AmsUserProject(project, ["consumer"])])
-    )
+    projects = [AmsUserProject(project, ["consumer"])]
+    ams.create_user(AmsUser(name=name, email="old@example.org", projects=projects))
     other = api.new_project()
 
     # update_user needs both service_roles and projects (len(None) raises TypeError, contract §14 item 39)
@@ -748,10 +730,8 @@ def test_list_users_pages(ams: ArgoMessagingService, project: str) -> None:
     assert pages == (everyone.total_size + 1) // 2
 
 
-def test_delete_user(
-    server: AmsServer, ams: ArgoMessagingService, api: Api, project: str, topic: str
-) -> None:
-    user = member(api, project, "publisher")
+def test_delete_user(server: AmsServer, ams: ArgoMessagingService, api: Api, topic: str) -> None:
+    user = member(api, ams.project, "publisher")
     ams.modifyacl_topic(topic, [user["name"]])
 
     assert ams.delete_user(user["name"]) is None
@@ -803,9 +783,7 @@ def test_project_create_get_update_delete(ams: ArgoMessagingService) -> None:
     assert err.value.code == 404
 
 
-def test_delete_project_removes_its_topics_and_memberships(
-    server: AmsServer, ams: ArgoMessagingService
-) -> None:
+def test_delete_project_cascades(server: AmsServer, ams: ArgoMessagingService) -> None:
     name = unique("proj")
     ams.create_project(name, "short-lived")
     inside = client(server, name)
@@ -830,9 +808,8 @@ def test_project_members(ams: ArgoMessagingService, project: str) -> None:
     assert [(p.project, p.roles) for p in added.projects] == [(project, ["consumer"])]
     with pytest.raises(AmsServiceException) as err:
         ams.add_project_member(name, project, roles=["publisher"])
-    assert_service_error(
-        err.value, 409, "project_add_member", "User is already a member of the project", "CONFLICT"
-    )
+    already = "User is already a member of the project"
+    assert_service_error(err.value, 409, "project_add_member", already, "CONFLICT")
 
     got = ams.get_project_member(name, project)
     assert (got.name, got.uuid) == (name, added.uuid)

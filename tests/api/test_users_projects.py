@@ -907,9 +907,7 @@ def test_project_admin_sees_non_privileged_member_list(api: Api, project: str, p
     assert all("token" not in u for u in body["users"])
 
 
-def test_project_admin_sees_non_privileged_views_on_update_and_add(
-    api: Api, project: str, project_admin: Api
-) -> None:
+def test_project_admin_sees_non_privileged_views_on_update_and_add(api: Api, project: str, project_admin: Api) -> None:
     user = _non_privileged_member(api, project)
     body = {"projects": [{"project": project, "roles": ["consumer", "publisher"]}]}
     view = project_admin.ok("PUT", f"/projects/{project}/members/{user['name']}", body)
