@@ -1,0 +1,122 @@
+"""The service as an operator runs it: status, version, CORS, plain HTTP, settings file, admin verbs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import requests
+
+from tests.helpers import ROOT, AmsServer, Api, error_of
+
+
+def ams(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ams_app", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_status_needs_no_token(server: AmsServer) -> None:
+    r = requests.get(f"{server.url}/status", timeout=10)
+    assert (r.status_code, r.json()) == (200, {"status": "ok", "push_servers": []})
+    assert r.headers["Content-Type"] == "application/json; charset=utf-8"
+
+
+def test_status_when_push_is_disabled(make_server: Any) -> None:
+    srv = make_server(ams_push_enabled="false")
+    assert srv.api().ok("GET", "/status") == {"status": "ok", "push_functionality": "disabled"}
+    project = srv.api().new_project()
+    srv.api().ok("PUT", f"/projects/{project}/topics/t")
+    body = {
+        "topic": f"projects/{project}/topics/t",
+        "pushConfig": {"type": "mattermost", "mattermostUrl": "https://m.example"},
+    }
+    r = srv.api().put(f"/projects/{project}/subscriptions/s", body)
+    assert error_of(r) == {"code": 409, "message": "Push functionality is currently disabled", "status": "CONFLICT"}
+
+
+def test_version_shows_release_only_to_admins(api: Api) -> None:
+    anonymous = api.as_("").ok("GET", "/version")
+    assert {"build_time", "golang", "compiler", "os", "architecture"} <= set(anonymous)
+    assert "release" not in anonymous
+    assert api.ok("GET", "/version")["release"] == "0.1.0"
+    viewer = api.new_user(service_roles=["admin_viewer"])
+    assert "release" in api.as_(viewer["token"]).ok("GET", "/version")
+
+
+def test_token_in_the_query_string(server: AmsServer, api: Api) -> None:
+    project = api.new_project()
+    r = requests.get(f"{server.url}/projects/{project}", params={"key": server.token}, timeout=10)
+    assert (r.status_code, r.json()["name"]) == (200, project)
+
+
+def test_cors_headers(server: AmsServer) -> None:
+    r = requests.options(f"{server.url}/status", timeout=10)
+    assert r.headers["Access-Control-Allow-Origin"] == "*"
+    assert "x-api-key" in r.headers["Access-Control-Allow-Headers"]
+
+
+def test_plain_http_without_tls_files(make_server: Any) -> None:
+    srv = make_server(tls=False)
+    assert srv.url.startswith("http://")
+    assert requests.get(f"{srv.url}/status", timeout=10).json()["status"] == "ok"
+
+
+def test_settings_file_and_environment(tmp_path: Path, tls_files: tuple[str, str, str]) -> None:
+    config = tmp_path / "ams.yml"
+    config.write_text(
+        f"service_token: from-file\npull_wait_seconds: 0.5\ntls_cert: {tls_files[0]}\ntls_key: {tls_files[1]}\n"
+    )
+    srv = AmsServer(
+        tmp_path / "data",
+        tls=tls_files[:2],
+        token="from-file",
+        env={"AMS_CONFIG": str(config), "AMS_SERVICE_TOKEN": ""},
+    )
+    # AMS_SERVICE_TOKEN="" from the environment wins over the file: no service token at all
+    srv.start()
+    try:
+        assert srv.api().get("/projects").status_code == 401
+    finally:
+        srv.stop()
+    srv.env = {"AMS_CONFIG": str(config)}
+    srv.token = "from-file"
+    srv.start()
+    try:
+        assert srv.api().get("/projects").status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_bad_settings_stop_the_command_with_a_message(tmp_path: Path) -> None:
+    config = tmp_path / "ams.yml"
+    config.write_text("port: seventy\n")
+    done = ams("serve", "--config", str(config), "--data-dir", str(tmp_path / "d"))
+    assert done.returncode == 2
+    assert "port" in done.stderr
+
+
+def test_admin_verbs(make_server: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    done = ams("admin", "bootstrap", "--data-dir", str(data))
+    assert done.returncode == 0, done.stderr
+    token = done.stderr.split("token of 'admin': ")[1].split()[0]
+    assert ams("admin", "bootstrap", "--data-dir", str(data)).stderr.count(token) == 1  # idempotent
+    assert ams("admin", "create-project", "ARGO", "--data-dir", str(data)).returncode == 0
+    made = ams("admin", "create-user", "alice", "--project", "ARGO:publisher,consumer", "--data-dir", str(data))
+    assert made.returncode == 0, made.stderr
+    shown = ams("admin", "show-token", "alice", "--data-dir", str(data))
+    assert shown.returncode == 0
+    again = ams("admin", "create-user", "alice", "--data-dir", str(data))
+    assert (again.returncode, again.stderr.strip()) == (1, "ams: User already exists")
+    bad_role = ams("admin", "create-user", "bob", "--service-role", "wizard", "--data-dir", str(data))
+    assert (bad_role.returncode, bad_role.stderr.strip()) == (1, "ams: invalid role: wizard")
+
+    srv = make_server(data)
+    admin = srv.api(token)
+    assert admin.ok("GET", "/projects/ARGO")["name"] == "ARGO"
+    alice = admin.ok("GET", "/users/alice")
+    assert alice["token"] == shown.stdout.strip()
+    assert alice["projects"][0]["roles"] == ["publisher", "consumer"]
