@@ -151,7 +151,8 @@ class Api:
 
     def publish(self, project: str, topic: str, *payloads: str, attributes: dict[str, str] | None = None) -> list[str]:
         messages = [{"data": b64(p), **({"attributes": attributes} if attributes else {})} for p in payloads]
-        return list(self.ok("POST", f"/projects/{project}/topics/{topic}:publish", {"messages": messages})["messageIds"])
+        response = self.ok("POST", f"/projects/{project}/topics/{topic}:publish", {"messages": messages})
+        return list(response["messageIds"])
 
     def pull(self, project: str, sub: str, n: int = 10, immediately: bool = True) -> list[dict[str, Any]]:
         body = {"maxMessages": str(n), "returnImmediately": "true" if immediately else "false"}

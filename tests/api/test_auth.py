@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,11 +152,12 @@ class World:
     project: str
     topic: str
     sub: str
+    users: dict[str, dict[str, Any]]
     callers: dict[str, Api]
 
 
 @pytest.fixture(scope="module")
-def world(server: AmsServer) -> Iterator[World]:
+def world(server: AmsServer) -> World:
     """One project with a topic and a subscription, and a caller per role. The publisher is in
     the topic's ACL and the consumer in the subscription's, so only the role table decides."""
     api = server.api()
@@ -174,12 +174,14 @@ def world(server: AmsServer) -> Iterator[World]:
         "admin_elsewhere": member(api, other, ["project_admin"]),
         "metrics_viewer": api.new_user(service_roles=["metrics_viewer"]),
         "service_admin": api.new_user(service_roles=["service_admin"]),
+        "push_worker": api.new_user(service_roles=["push_worker"]),
+        "argo_api_authn": api.new_user(service_roles=["argo_api_authn"]),
     }
     set_acl(api, project, "topics", topic, [users["publisher"]["name"]])
     set_acl(api, project, "subscriptions", sub, [users["consumer"]["name"]])
     callers = {role: api.as_(user["token"]) for role, user in users.items()}
     callers["service_token"] = api
-    yield World(api, project, topic, sub, callers)
+    return World(api, project, topic, sub, users, callers)
 
 
 ROUTES: dict[str, tuple[str, str, Any]] = {
@@ -196,10 +198,14 @@ ROUTES: dict[str, tuple[str, str, Any]] = {
     "subscriptions:acl": ("GET", "/projects/{p}/subscriptions/{s}:acl", None),
     "projects:show": ("GET", "/projects/{p}", None),
     "projects:listUsers": ("GET", "/projects/{p}/members", None),
+    "projects:update": ("PUT", "/projects/{p}", {"description": "updated"}),
     "projects:create": ("POST", "/projects/{new}", {}),
     "projects:list": ("GET", "/projects", None),
     "users:list": ("GET", "/users", None),
     "users:create": ("POST", "/users/{new}", {}),
+    "users:show": ("GET", "/users/{u}", None),
+    "users:byToken": ("GET", "/users:byToken/{token}", None),
+    "users:byUUID": ("GET", "/users:byUUID/{uuid}", None),
 }
 
 ROLE_CASES = [
@@ -238,10 +244,12 @@ ROLE_CASES = [
     ("project_admin", "subscriptions:acl", 200),
     ("project_admin", "projects:show", 200),
     ("project_admin", "projects:listUsers", 200),
+    ("project_admin", "projects:update", 200),
     ("project_admin", "projects:create", 401),
     ("project_admin", "projects:list", 401),
     ("project_admin", "users:list", 401),
     ("project_admin", "users:create", 401),
+    ("project_admin", "users:show", 401),
     # members without roles, strangers and admins of other projects
     ("no_role", "topics:list", 401),
     ("no_role", "subscriptions:pull", 401),
@@ -254,6 +262,16 @@ ROLE_CASES = [
     # a service role that grants none of these routes
     ("metrics_viewer", "topics:list", 403),
     ("metrics_viewer", "users:list", 403),
+    # push_worker and argo_api_authn: the routes of the push server and the authn service
+    ("push_worker", "users:byToken", 200),
+    ("push_worker", "users:byUUID", 403),
+    ("push_worker", "users:show", 403),
+    ("push_worker", "subscriptions:show", 200),
+    ("push_worker", "subscriptions:pull", 200),
+    ("push_worker", "topics:list", 403),
+    ("argo_api_authn", "users:byUUID", 200),
+    ("argo_api_authn", "users:byToken", 403),
+    ("argo_api_authn", "projects:show", 403),
     # service_admin (a user's service role) works in every project
     ("service_admin", "topics:create", 200),
     ("service_admin", "topics:publish", 200),
@@ -264,6 +282,8 @@ ROLE_CASES = [
     ("service_admin", "projects:list", 200),
     ("service_admin", "users:list", 200),
     ("service_admin", "users:create", 200),
+    ("service_admin", "users:show", 200),
+    ("service_admin", "users:byToken", 200),
     # the service token bypasses everything
     *[("service_token", route, 200) for route in ROUTES],
 ]
@@ -273,7 +293,9 @@ ROLE_CASES = [
 def test_role_table(world: World, role: str, route: str, expected: int) -> None:
     method, template, body = ROUTES[route]
     names = {"p": world.project, "t": world.topic, "s": world.sub}
-    path = template.format(new=unique("new"), **names)
+    target = world.users["consumer"]
+    ids = {"u": target["name"], "token": target["token"], "uuid": target["uuid"]}
+    path = template.format(new=unique("new"), **names, **ids)
     if body is not None and "topic" in body:
         body = {"topic": body["topic"].format(**names)}
     r = world.callers[role].request(method, path, body)
@@ -465,7 +487,7 @@ def test_consumer_in_the_topic_acl_only_still_cannot_pull(api: Api, project: str
 
 
 def test_topic_list_is_filtered_for_a_pure_publisher(api: Api, project: str) -> None:
-    t1, t2, t3 = (make_topic(api, project) for _ in range(3))
+    t1, _t2, t3 = (make_topic(api, project) for _ in range(3))
     publisher = member(api, project, ["publisher"])
     set_acl(api, project, "topics", t1, [publisher["name"]])
     set_acl(api, project, "topics", t3, [publisher["name"]])
@@ -502,7 +524,7 @@ def test_topic_list_is_not_filtered_for_project_admin(api: Api, project: str) ->
 
 def test_subscription_list_is_filtered_for_a_pure_consumer(api: Api, project: str) -> None:
     topic = make_topic(api, project)
-    s1, s2, s3 = (make_sub(api, project, topic) for _ in range(3))
+    _s1, s2, _s3 = (make_sub(api, project, topic) for _ in range(3))
     consumer = member(api, project, ["consumer"])
     set_acl(api, project, "subscriptions", s2, [consumer["name"]])
     body = api.as_(consumer["token"]).ok("GET", f"/projects/{project}/subscriptions")

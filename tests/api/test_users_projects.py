@@ -63,7 +63,8 @@ def test_create_user_returns_the_privileged_view(api: Api, project: str) -> None
     ]
     assert UUID_RE.match(user["uuid"])
     assert TOKEN_RE.match(user["token"])
-    assert TS_RE.match(user["created_on"]) and TS_RE.match(user["modified_on"])
+    assert TS_RE.match(user["created_on"])
+    assert TS_RE.match(user["modified_on"])
     assert user["name"] == name
     assert user["projects"] == [membership(project, ["publisher", "consumer"])]
     assert (user["first_name"], user["last_name"]) == ("Alice", "Doe")
@@ -107,6 +108,26 @@ def test_created_by_is_absent_for_the_service_token(api: Api) -> None:
 def test_create_existing_user_is_a_conflict(api: Api) -> None:
     user = api.new_user()
     assert_error(api.post(f"/users/{user['name']}", {}), 409, "User already exists", "ALREADY_EXISTS")
+
+
+VALID_ROLES = [
+    "service_admin",
+    "metrics_viewer",
+    "project_admin",
+    "argo_api_authn",
+    "push_worker",
+    "register_admin",
+    "consumer",
+    "publisher",
+    "admin_viewer",
+]
+
+
+@pytest.mark.parametrize("role", VALID_ROLES)
+def test_create_user_accepts_every_role_name(api: Api, project: str, role: str) -> None:
+    user = api.new_user(service_roles=[role], projects=[{"project": project, "roles": [role]}])
+    assert user["service_roles"] == [role]
+    assert user["projects"] == [membership(project, [role])]
 
 
 @pytest.mark.parametrize("field", ["service_roles", "project_roles"])
@@ -451,7 +472,8 @@ def test_create_project_returns_the_project(api: Api) -> None:
     assert list(created) == ["name", "created_on", "modified_on", "description"]
     assert created["name"] == name
     assert created["description"] == "my project"
-    assert TS_RE.match(created["created_on"]) and TS_RE.match(created["modified_on"])
+    assert TS_RE.match(created["created_on"])
+    assert TS_RE.match(created["modified_on"])
 
 
 def test_create_project_with_empty_object(api: Api) -> None:
@@ -637,7 +659,8 @@ def test_create_member_returns_privileged_view_and_joins_the_project(api: Api, p
         "created_on",
         "modified_on",
     }
-    assert UUID_RE.match(user["uuid"]) and TOKEN_RE.match(user["token"])
+    assert UUID_RE.match(user["uuid"])
+    assert TOKEN_RE.match(user["token"])
     assert user["name"] == name
     assert user["email"] == "m@example.org"
     assert user["projects"] == [membership(project, ["consumer", "publisher"])]

@@ -27,7 +27,9 @@ def test_parse_iso8601(text: str, expected: int) -> None:
     assert parse_iso8601_ns(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "yesterday", "2024-13-01T00:00:00Z", "2024-01-01", "2024-01-01T10:00:00.1234567890Z"])
+@pytest.mark.parametrize(
+    "text", ["", "yesterday", "2024-13-01T00:00:00Z", "2024-01-01", "2024-01-01T10:00:00.1234567890Z"]
+)
 def test_parse_iso8601_rejects(text: str) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - the message is the input
         parse_iso8601_ns(text)
