@@ -49,6 +49,10 @@ class MessageLog(Protocol):
         """The first offset published at or after ``publish_ns``; None if there is none."""
         ...
 
-    def wait_for_append(self, key: str, timeout: float) -> None:
-        """Return when the topic may have grown, or after ``timeout`` seconds."""
+    def marker(self, key: str) -> int:
+        """A value that changes whenever this process appends to the topic."""
+        ...
+
+    def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
+        """Return when the topic may have grown since ``marker`` was read, or after ``timeout`` s."""
         ...

@@ -532,6 +532,7 @@ class AmsService:
         wait = 0.0 if immediately else self.settings.pull_wait_seconds
         give_up = time.monotonic() + wait
         while True:
+            marker = self.log.marker(key)
             messages = self._lease(project, sub, key, max_messages)
             if messages:
                 prefix = f"projects/{project.name}/subscriptions/{sub.name}:"
@@ -539,7 +540,7 @@ class AmsService:
             remaining = give_up - time.monotonic()
             if remaining <= 0 or self.stopping.is_set():
                 return []
-            self.log.wait_for_append(key, remaining)
+            self.log.wait_for_append(key, marker, remaining)
 
     def _lease(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:
         for _ in range(_SWAP_ATTEMPTS):

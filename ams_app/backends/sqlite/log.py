@@ -40,6 +40,7 @@ class SqliteMessageLog:
     def __init__(self, path: str, retention_seconds: int = 0) -> None:
         self.db = SqliteDb(path, SCHEMA)
         self._events: dict[str, Event] = {}
+        self._markers: dict[str, int] = {}
         self._retention_ns = retention_seconds * 1_000_000_000
         self._janitor: Any = None
         if retention_seconds > 0:
@@ -101,6 +102,7 @@ class SqliteMessageLog:
             return stored
 
         stored = self.db.run(tx)
+        self._markers[key] = self._markers.get(key, 0) + 1
         event = self._events.pop(key, None)
         if event is not None:
             event.set()
@@ -139,7 +141,12 @@ class SqliteMessageLog:
         )
         return row[0] if row else None
 
-    def wait_for_append(self, key: str, timeout: float) -> None:
+    def marker(self, key: str) -> int:
+        return self._markers.get(key, 0)
+
+    def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
+        if self._markers.get(key, 0) != marker:
+            return
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = Event()
