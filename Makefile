@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast lint fmt clean
+.PHONY: venv run test test-fast lint fmt bench clean
 
 venv: $(VENV)/.installed
 
@@ -32,13 +32,17 @@ test-fast: venv
 	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: venv
-	$(BIN)/ruff check ams_app tests
-	$(BIN)/ruff format --check ams_app tests
+	$(BIN)/ruff check ams_app tests benchmarks
+	$(BIN)/ruff format --check ams_app tests benchmarks
 	$(BIN)/mypy
 
 fmt: venv
-	$(BIN)/ruff format ams_app tests
-	$(BIN)/ruff check --fix ams_app tests
+	$(BIN)/ruff format ams_app tests benchmarks
+	$(BIN)/ruff check --fix ams_app tests benchmarks
+
+## Publish and pull throughput on this machine (numbers: docs/benchmarks.md)
+bench: venv
+	$(BIN)/python benchmarks/api_throughput.py
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info
