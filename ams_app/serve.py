@@ -6,8 +6,10 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import contextlib  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
+import socket  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -22,6 +24,16 @@ from ams_app.settings import Settings  # noqa: E402
 log = logging.getLogger("ams")
 
 
+class Server(WSGIServer):  # type: ignore[misc]
+    """WSGIServer with Nagle off: a response written in pieces (headers, then body) would
+    otherwise wait for the client's delayed ACK, some 40 ms a request on keep-alive."""
+
+    def handle(self, sock: socket.socket, address: Any) -> None:
+        with contextlib.suppress(OSError):  # not a TCP socket
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        super().handle(sock, address)
+
+
 def serve(settings: Settings) -> int:
     logging.basicConfig(
         stream=sys.stdout,
@@ -33,7 +45,7 @@ def serve(settings: Settings) -> int:
     tls: dict[str, Any] = {}
     if settings.tls_cert and settings.tls_key:
         tls = {"certfile": settings.tls_cert, "keyfile": settings.tls_key}
-    server = WSGIServer(
+    server = Server(
         (settings.host, settings.port),
         app,
         spawn=Pool(settings.max_connections),

@@ -594,3 +594,19 @@ def test_deleting_a_user_removes_them_from_acls(api: Api, project: str) -> None:
     assert get_acl(api, project, "topics", topic) == [stays["name"]]
     assert reborn["projects"][0]["topics"] == []
     assert_forbidden(publish(api.as_(reborn["token"]), project, topic))
+
+
+@pytest.mark.parametrize("kind", ["topics", "subscriptions"])
+def test_deleted_and_recreated_resource_starts_with_an_empty_acl(api: Api, project: str, kind: str) -> None:
+    topic = make_topic(api, project)
+    name = topic if kind == "topics" else make_sub(api, project, topic)
+    user = member(api, project, ["publisher", "consumer"])
+    set_acl(api, project, kind, name, [user["name"]])
+    api.ok("DELETE", f"/projects/{project}/{kind}/{name}")
+    (entry,) = api.ok("GET", f"/users/{user['name']}")["projects"]
+    assert (entry["topics"], entry["subscriptions"]) == ([], [])
+    if kind == "topics":
+        make_topic(api, project, name)
+    else:
+        make_sub(api, project, topic, name)
+    assert get_acl(api, project, kind, name) == []
