@@ -1,9 +1,13 @@
-"""A SQLite database served by one dedicated OS thread.
+"""A SQLite database: writes on one dedicated OS thread, reads inline.
 
-Every call runs a whole function (one transaction) in that thread, so calls are serialised
-and atomic, and a commit's fsync never stalls the gevent hub: other greenlets keep serving
-while the thread waits for the disk. WAL with ``synchronous=FULL`` makes every answered
-commit survive a crash of the process or of the machine.
+Every write runs a whole function (one transaction) in the writer thread, so writes are
+serialised and atomic, and a commit's fsync never stalls the gevent hub: other greenlets keep
+serving while the thread waits for the disk. WAL with ``synchronous=FULL`` makes every
+answered commit survive a crash of the process or of the machine.
+
+Reads run in the caller's thread on a read-only connection, in a transaction of their own
+(a WAL snapshot: they see every commit that returned before they began, and never wait for
+the writer). A read function never yields to other greenlets, so nothing interleaves with it.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ class SqliteDb:
         self._schema = schema
         self.run(lambda conn: None)  # open and migrate now: errors surface at start-up
         os.chmod(path, 0o600)
+        self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
+        self._reader.execute("PRAGMA query_only=ON")
+        self._read_lock = threading.Lock()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
@@ -37,12 +44,12 @@ class SqliteDb:
         conn.executescript(self._schema)
         return conn
 
-    def _call(self, fn: Callable[[sqlite3.Connection], R], write: bool) -> R:
+    def _call(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         with self._lock:
             if self._conn is None:
                 self._conn = self._connect()
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 result = fn(conn)
             except BaseException:
@@ -53,11 +60,16 @@ class SqliteDb:
 
     def run(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         """Run ``fn`` in a write transaction."""
-        return self._pool.apply(self._call, (fn, True))  # type: ignore[no-any-return]
+        return self._pool.apply(self._call, (fn,))  # type: ignore[no-any-return]
 
     def read(self, fn: Callable[[sqlite3.Connection], R]) -> R:
-        """Run ``fn`` in a read transaction."""
-        return self._pool.apply(self._call, (fn, False))  # type: ignore[no-any-return]
+        """Run ``fn`` in a read transaction, here and now."""
+        with self._read_lock:
+            self._reader.execute("BEGIN")
+            try:
+                return fn(self._reader)
+            finally:
+                self._reader.execute("COMMIT")
 
     def close(self) -> None:
         def _close() -> None:
@@ -68,3 +80,5 @@ class SqliteDb:
 
         self._pool.apply(_close)
         self._pool.kill()
+        with self._read_lock:
+            self._reader.close()
