@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import platform
+from typing import Any
 
 from flask import Blueprint, Response, request
 
 from ams_app import __version__, auth
 from ams_app.api.pipeline import Ctx, add_route, body, empty, flag, ok, request_token, service
 from ams_app.api.views import delivery_view, project_view, sub_view, topic_view, user_view
+from ams_app.backends.store import Page
 from ams_app.errors import AmsError
 from ams_app.models import User
 
@@ -57,6 +59,16 @@ def version() -> Response:
 
 
 # ---------------------------------------------------------------------- users --------------
+def _paging() -> tuple[str | None, str | None]:
+    """pageSize and pageToken (argo-ams-library sends the token as nextPageToken)."""
+    args = request.args
+    return args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken")
+
+
+def _page(key: str, items: list[Any], page: Page[Any]) -> Response:
+    return ok({key: items, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+
+
 def _privileged(ctx: Ctx, user: User) -> Response:
     return ok(user_view(ctx.svc.store, user, privileged=True))
 
@@ -72,13 +84,10 @@ def users_profile() -> Response:
 
 @add_route(bp, "/users", "users:list", "GET")
 def users_list(ctx: Ctx) -> Response:
-    args = request.args
-    page = ctx.svc.list_users(
-        args.get("project"), args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken")
-    )
+    page = ctx.svc.list_users(request.args.get("project"), *_paging())
     details = flag("details")
     users = [user_view(ctx.svc.store, u, privileged=True, with_projects=details) for u in page.items]
-    return ok({"users": users, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+    return _page("users", users, page)
 
 
 @add_route(bp, "/users:byToken/<name:token>", "users:byToken", "GET")
@@ -160,8 +169,7 @@ def _member(ctx: Ctx, user: User) -> Response:
 
 @add_route(bp, P + "/members", "projects:listUsers", "GET")
 def members_list(ctx: Ctx, project: str) -> Response:
-    args = request.args
-    page = ctx.svc.list_members(ctx.proj, args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken"))
+    page = ctx.svc.list_members(ctx.proj, *_paging())
     details = flag("details")
     privileged = ctx.caller.is_service_admin
     users = [
@@ -174,7 +182,7 @@ def members_list(ctx: Ctx, project: str) -> Response:
         )
         for u in page.items
     ]
-    return ok({"users": users, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+    return _page("users", users, page)
 
 
 @add_route(bp, M, "projects:showUser", "GET")
@@ -206,12 +214,8 @@ def members_remove(ctx: Ctx, project: str, user: str) -> Response:
 # ---------------------------------------------------------------------- topics -------------
 @add_route(bp, P + "/topics", "topics:list", "GET")
 def topics_list(ctx: Ctx, project: str) -> Response:
-    args = request.args
-    page = ctx.svc.list_topics(
-        ctx.caller, ctx.proj, args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken")
-    )
-    topics = [topic_view(ctx.proj, t) for t in page.items]
-    return ok({"topics": topics, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+    page = ctx.svc.list_topics(ctx.caller, ctx.proj, *_paging())
+    return _page("topics", [topic_view(ctx.proj, t) for t in page.items], page)
 
 
 @add_route(bp, T, "topics:show", "GET")
@@ -255,12 +259,8 @@ def topics_subscriptions(ctx: Ctx, project: str, topic: str) -> Response:
 # ---------------------------------------------------------------------- subscriptions ------
 @add_route(bp, P + "/subscriptions", "subscriptions:list", "GET")
 def subs_list(ctx: Ctx, project: str) -> Response:
-    args = request.args
-    page = ctx.svc.list_subscriptions(
-        ctx.caller, ctx.proj, args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken")
-    )
-    subs = [sub_view(ctx.proj, s) for s in page.items]
-    return ok({"subscriptions": subs, "nextPageToken": page.next_page_token, "totalSize": page.total_size})
+    page = ctx.svc.list_subscriptions(ctx.caller, ctx.proj, *_paging())
+    return _page("subscriptions", [sub_view(ctx.proj, s) for s in page.items], page)
 
 
 @add_route(bp, S, "subscriptions:show", "GET")

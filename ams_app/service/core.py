@@ -7,8 +7,9 @@ import binascii
 import re
 import time
 import uuid as uuidlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from gevent.event import Event
 
@@ -39,6 +40,7 @@ _BAD_DEADLINE = AmsError.invalid_argument("ackDeadlineSeconds(needs value betwee
 _BAD_PULL = AmsError.invalid_argument("Pull Parameters")
 _BAD_OFFSET = AmsError.invalid_argument("Offset")
 _SWAP_ATTEMPTS = 50
+R = TypeVar("R")
 
 
 def topic_key(project: Project, topic_name: str) -> str:
@@ -186,26 +188,27 @@ class AmsService:
 
     _USER_TEXT = ("email", "first_name", "last_name", "organization", "description")
 
-    def create_user(self, caller: Caller, name: str, body: Any) -> User:
-        body = as_object({} if body is None else body, _BAD_USER)
-        texts = {k: opt_str(body, k, _BAD_USER) or "" for k in self._USER_TEXT}
-        service_roles = self._check_roles(opt_str_list(body, "service_roles", _BAD_USER) or [])
-        memberships = self._memberships(body.get("projects") or [])
+    def _new_user(self, caller: Caller, name: str, **fields: Any) -> User:
         now = now_ns()
         user = User(
             uuid=str(uuidlib.uuid4()),
             name=name,
             token=auth.new_token(),
-            service_roles=service_roles,
-            projects=memberships,
             created_on=now,
             modified_on=now,
             created_by=caller.uuid,
-            **texts,
+            **fields,
         )
         if not self.store.create_user(user):
             raise AmsError.conflict("User")
         return user
+
+    def create_user(self, caller: Caller, name: str, body: Any) -> User:
+        body = as_object({} if body is None else body, _BAD_USER)
+        texts = {k: opt_str(body, k, _BAD_USER) or "" for k in self._USER_TEXT}
+        service_roles = self._check_roles(opt_str_list(body, "service_roles", _BAD_USER) or [])
+        memberships = self._memberships(body.get("projects") or [])
+        return self._new_user(caller, name, service_roles=service_roles, projects=memberships, **texts)
 
     def update_user(self, name: str, body: Any) -> User:
         user = self.user(name)
@@ -270,20 +273,7 @@ class AmsService:
         body = as_object({} if body is None else body, _BAD_USER)
         email = opt_str(body, "email", _BAD_USER) or ""
         roles = self._roles_for(project, body) or []
-        now = now_ns()
-        user = User(
-            uuid=str(uuidlib.uuid4()),
-            name=name,
-            token=auth.new_token(),
-            email=email,
-            projects=[Membership(project.uuid, roles)],
-            created_on=now,
-            modified_on=now,
-            created_by=caller.uuid,
-        )
-        if not self.store.create_user(user):
-            raise AmsError.conflict("User")
-        return user
+        return self._new_user(caller, name, email=email, projects=[Membership(project.uuid, roles)])
 
     def member(self, project: Project, name: str) -> User:
         user = self.store.get_user(name=name)
@@ -542,24 +532,33 @@ class AmsService:
                 return []
             self.log.wait_for_append(key, marker, remaining)
 
-    def _lease(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:
+    def _change_cursor(self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]) -> R:
+        """Apply ``change`` to the subscription's cursor atomically: it returns the new cursor
+        (None: nothing to store) and a result. Retried when another request got there first."""
         for _ in range(_SWAP_ATTEMPTS):
-            cursor = self.store.get_cursor(project.uuid, sub.name)
+            cursor = self.store.get_cursor(project.uuid, name)
             if cursor is None:
                 raise AmsError.not_found("Subscription")
-            low, high = self.log.bounds(key)
-            now = now_ns()
-            found = cur.next_free_range(cursor, low, high, now, max_messages)
-            if found is None:
-                return []
-            base, start, end = found
-            messages = self.log.read(key, start, end, self.settings.max_pull_bytes)
-            if not messages or messages[0].offset != start:
-                continue  # retention removed them meanwhile: look again
-            leased = cur.with_lease(base, start, messages[-1].offset + 1, now, sub.ack_deadline)
-            if self.store.swap_cursor(project.uuid, sub.name, leased):
-                return messages
+            updated, result = change(cursor)
+            if updated is None or self.store.swap_cursor(project.uuid, name, updated):
+                return result
         raise AmsError.unavailable("The subscription is too busy, try again")
+
+    def _lease(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:
+        def lease(cursor: Cursor) -> tuple[Cursor | None, list[StoredMessage]]:
+            for _ in range(3):  # retention may remove messages between bounds and read: look again
+                low, high = self.log.bounds(key)
+                now = now_ns()
+                found = cur.next_free_range(cursor, low, high, now, max_messages)
+                if found is None:
+                    return None, []
+                base, start, end = found
+                messages = self.log.read(key, start, end, self.settings.max_pull_bytes)
+                if messages and messages[0].offset == start:
+                    return cur.with_lease(base, start, messages[-1].offset + 1, now, sub.ack_deadline), messages
+            return None, []
+
+        return self._change_cursor(project, sub.name, lease)
 
     _ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)$")
 
@@ -576,37 +575,32 @@ class AmsService:
             if not match or match.group(1) != project.name or match.group(2) != sub.name:
                 raise AmsError.invalid_data("Invalid ack id")
             offsets.append(int(match.group(3)))
-        for _ in range(_SWAP_ATTEMPTS):
-            cursor = self.store.get_cursor(project.uuid, sub.name)
-            if cursor is None:
-                raise AmsError.not_found("Subscription")
+
+        def ack(cursor: Cursor) -> tuple[Cursor | None, cur.AckError | None]:
             try:
-                updated = cur.acknowledge(cursor, offsets, now_ns())
-            except cur.AckError as exc:
-                if exc.cursor is not cursor:
-                    self.store.swap_cursor(project.uuid, sub.name, exc.cursor)
-                if exc.problem is cur.AckProblem.TIMEOUT:
-                    raise AmsError.timeout() from exc
-                if exc.problem is cur.AckProblem.NO_PENDING:
-                    raise AmsError.generic_conflict("no ack pending") from exc
-                raise AmsError.invalid_data("wrong ack") from exc
-            if self.store.swap_cursor(project.uuid, sub.name, updated):
-                return
-        raise AmsError.unavailable("The subscription is too busy, try again")
+                return cur.acknowledge(cursor, offsets, now_ns()), None
+            except cur.AckError as exc:  # store what it dropped (expired leases), then report
+                return (None if exc.cursor is cursor else exc.cursor), exc
+
+        problem = self._change_cursor(project, sub.name, ack)
+        if problem is None:
+            return
+        if problem.problem is cur.AckProblem.TIMEOUT:
+            raise AmsError.timeout() from problem
+        if problem.problem is cur.AckProblem.NO_PENDING:
+            raise AmsError.generic_conflict("no ack pending") from problem
+        raise AmsError.invalid_data("wrong ack") from problem
 
     # ----------------------------------------------------------------- offsets ----------
     def offsets(self, project: Project, name: str) -> dict[str, int]:
         sub = self.subscription(project, name)
         low, high = self.log.bounds(topic_key(project, sub.topic))
-        for _ in range(_SWAP_ATTEMPTS):
-            cursor = self.store.get_cursor(project.uuid, sub.name)
-            if cursor is None:
-                raise AmsError.not_found("Subscription")
-            if cursor.offset >= low:
-                return {"max": high, "min": low, "current": cursor.offset}
-            if self.store.swap_cursor(project.uuid, sub.name, cur.normalize(cursor, low)):
-                return {"max": high, "min": low, "current": low}
-        raise AmsError.unavailable("The subscription is too busy, try again")
+
+        def catch_up(cursor: Cursor) -> tuple[Cursor | None, int]:
+            # a subscription behind the log's retention moves to the oldest message
+            return (cur.normalize(cursor, low), low) if cursor.offset < low else (None, cursor.offset)
+
+        return {"max": high, "min": low, "current": self._change_cursor(project, sub.name, catch_up)}
 
     def modify_offset(self, project: Project, name: str, body: Any) -> None:
         body = as_object(body, _BAD_OFFSET)
@@ -617,14 +611,8 @@ class AmsService:
         low, high = self.log.bounds(topic_key(project, sub.topic))
         if not low <= offset <= high:
             raise AmsError.invalid_data("Offset out of bounds")
-        for _ in range(_SWAP_ATTEMPTS):
-            cursor = self.store.get_cursor(project.uuid, sub.name)
-            if cursor is None:
-                raise AmsError.not_found("Subscription")
-            fresh = Cursor(offset=offset, version=cursor.version)
-            if self.store.swap_cursor(project.uuid, sub.name, fresh):
-                return
-        raise AmsError.unavailable("The subscription is too busy, try again")
+        # a fresh cursor: pending leases and out-of-order acks are cancelled
+        self._change_cursor(project, sub.name, lambda c: (Cursor(offset=offset, version=c.version), None))
 
     def time_to_offset(self, project: Project, name: str, when: str | None) -> int:
         sub = self.subscription(project, name)
