@@ -15,20 +15,6 @@ from tests.helpers import Api, b64, error_of, unique
 PUBLISH_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z$")
 
 
-@pytest.fixture
-def topic(api: Api, project: str) -> str:
-    name = unique("topic")
-    api.ok("PUT", f"/projects/{project}/topics/{name}")
-    return name
-
-
-@pytest.fixture
-def sub(api: Api, project: str, topic: str) -> str:
-    name = unique("sub")
-    api.ok("PUT", f"/projects/{project}/subscriptions/{name}", {"topic": f"projects/{project}/topics/{topic}"})
-    return name
-
-
 def make_sub(api: Api, project: str, topic: str, deadline: int) -> str:
     name = unique("sub")
     body = {"topic": f"projects/{project}/topics/{topic}", "ackDeadlineSeconds": deadline}

@@ -11,13 +11,6 @@ from tests.helpers import Api, error_of, unique
 ZULU = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
 
-@pytest.fixture
-def topic(api: Api, project: str) -> str:
-    name = unique("topic")
-    api.ok("PUT", f"/projects/{project}/topics/{name}")
-    return name
-
-
 def make_sub(api: Api, project: str, topic: str, **extra: object) -> dict[str, object]:
     name = unique("sub")
     return dict(
