@@ -8,6 +8,7 @@ monkey.patch_all()
 
 import contextlib  # noqa: E402
 import logging  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
@@ -15,13 +16,23 @@ from typing import Any  # noqa: E402
 
 import gevent  # noqa: E402
 from gevent.pool import Pool  # noqa: E402
-from gevent.pywsgi import WSGIServer  # noqa: E402
+from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 
 from ams_app import create_app  # noqa: E402
 from ams_app.service.core import AmsService  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
 
 log = logging.getLogger("ams")
+
+
+_SECRET_IN_URL = re.compile(r"(?<=[?&]key=)[^&\s]+|(?<=/users:byToken/)[^/?\s]+")
+
+
+class Handler(WSGIHandler):  # type: ignore[misc]
+    """Access log lines without tokens (``?key=`` and ``/users:byToken/``)."""
+
+    def format_request(self) -> str:
+        return _SECRET_IN_URL.sub("REDACTED", str(super().format_request()))
 
 
 class Server(WSGIServer):  # type: ignore[misc]
@@ -49,6 +60,7 @@ def serve(settings: Settings) -> int:
         (settings.host, settings.port),
         app,
         spawn=Pool(settings.max_connections),
+        handler_class=Handler,
         log=logging.getLogger("ams.access"),
         error_log=logging.getLogger("ams.error"),
         **tls,

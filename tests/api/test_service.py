@@ -120,3 +120,16 @@ def test_admin_verbs(make_server: Any, tmp_path: Path) -> None:
     alice = admin.ok("GET", "/users/alice")
     assert alice["token"] == shown.stdout.strip()
     assert alice["projects"][0]["roles"] == ["publisher", "consumer"]
+
+
+def test_tokens_stay_out_of_the_access_log(make_server: Any) -> None:
+    srv = make_server()
+    secret = srv.api().new_user()["token"]
+    requests.get(f"{srv.url}/users/profile", params={"key": secret}, timeout=10)
+    srv.api().get(f"/users:byToken/{secret}")
+    srv.stop()
+    log = srv.log()
+    assert "/users/profile?key=REDACTED" in log
+    assert "/users:byToken/REDACTED" in log
+    assert secret not in log
+    assert srv.token not in log
