@@ -63,7 +63,7 @@ def body() -> Any:
         return None
     try:
         return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return MALFORMED
 
 

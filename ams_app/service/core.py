@@ -40,6 +40,9 @@ _BAD_DEADLINE = AmsError.invalid_argument("ackDeadlineSeconds(needs value betwee
 _BAD_PULL = AmsError.invalid_argument("Pull Parameters")
 _BAD_OFFSET = AmsError.invalid_argument("Offset")
 _SWAP_ATTEMPTS = 50
+#: Largest page size honoured (a larger one lists everything anyway).
+_MAX_PAGE_SIZE = 2**31 - 1
+_INT64 = (-(2**63), 2**63 - 1)
 R = TypeVar("R")
 
 
@@ -120,7 +123,7 @@ class AmsService:
                 size = int(str(page_size))
             except ValueError as exc:
                 raise AmsError.invalid_data("Invalid page size") from exc
-        return max(size, 0), page_token or ""
+        return min(max(size, 0), _MAX_PAGE_SIZE), page_token or ""
 
     @staticmethod
     def _paged(fetch: Any, *args: Any) -> Any:
@@ -620,6 +623,7 @@ class AmsService:
             ns = parse_iso8601_ns(when or "")
         except ValueError as exc:
             raise AmsError.invalid_data("Time is not in valid Zulu format.") from exc
+        ns = min(max(ns, _INT64[0]), _INT64[1])  # the log keeps 64-bit nanoseconds
         offset = self.log.offset_for_time(topic_key(project, sub.topic), ns)
         if offset is None:
             raise AmsError.generic_conflict("Timestamp is out of bounds for the subscription's topic/partition")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from tests.helpers import AmsServer, Api, b64, error_of
@@ -139,3 +141,32 @@ def test_limits_are_enforced(make_server) -> None:  # type: ignore[no-untyped-de
     assert error_of(r) == {"code": 413, "message": "Request body is too large", "status": "INVALID_ARGUMENT"}
     assert api.post(path, {"messages": [{"data": b64("x" * 100)}]}).status_code == 200
     assert srv.proc.poll() is None
+
+
+def test_absurdly_deep_json_is_a_bad_body(api: Api, project: str, topic: str) -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    r = api.post(f"/projects/{project}/topics/{topic}:publish", raw=deep)
+    assert error_of(r) == {"code": 400, "message": "Invalid Message Arguments", "status": "INVALID_ARGUMENT"}
+
+
+@pytest.mark.parametrize("size", ["99999999999999999999999", "-5", "0"])
+def test_any_page_size_lists(api: Api, project: str, topic: str, size: str) -> None:
+    listed = api.ok("GET", f"/projects/{project}/topics", params={"pageSize": size})
+    assert (len(listed["topics"]), listed["totalSize"], listed["nextPageToken"]) == (1, 1, "")
+
+
+def test_page_token_out_of_range(api: Api, project: str) -> None:
+    token = base64.urlsafe_b64encode(b"99999999999999999999999").decode()
+    r = api.get(f"/projects/{project}/topics", params={"pageToken": token})
+    assert (r.status_code, error_of(r)["message"]) == (400, "Invalid page token")
+
+
+@pytest.mark.parametrize(("when", "expected"), [("0001-01-01T00:00:00Z", 200), ("9999-12-31T23:59:59.999Z", 409)])
+def test_time_to_offset_at_the_ends_of_time(
+    api: Api, project: str, topic: str, sub: str, when: str, expected: int
+) -> None:
+    api.publish(project, topic, "a")
+    r = api.get(f"/projects/{project}/subscriptions/{sub}:timeToOffset", params={"time": when})
+    assert r.status_code == expected
+    if expected == 200:
+        assert r.json() == {"offset": 0}

@@ -87,7 +87,7 @@ def _decode_token(token: str) -> int:
         value = int(base64.urlsafe_b64decode(token.encode()).decode())
     except (binascii.Error, ValueError, UnicodeDecodeError) as exc:
         raise InvalidPageToken(token) from exc
-    if value < 1:
+    if not 1 <= value < 2**63:
         raise InvalidPageToken(token)
     return value
 
