@@ -36,12 +36,16 @@ class Handler(WSGIHandler):  # type: ignore[misc]
 
 
 class Server(WSGIServer):  # type: ignore[misc]
-    """WSGIServer with Nagle off: a response written in pieces (headers, then body) would
-    otherwise wait for the client's delayed ACK, some 40 ms a request on keep-alive."""
+    """WSGIServer with Nagle off (a response written in pieces would otherwise wait for the
+    client's delayed ACK, some 40 ms a request on keep-alive) and an idle timeout per
+    connection (a silent or trickling client cannot hold a greenlet for ever)."""
+
+    client_timeout: float = 60.0
 
     def handle(self, sock: socket.socket, address: Any) -> None:
         with contextlib.suppress(OSError):  # not a TCP socket
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.settimeout(self.client_timeout)
         super().handle(sock, address)
 
 
@@ -65,6 +69,7 @@ def serve(settings: Settings) -> int:
         error_log=logging.getLogger("ams.error"),
         **tls,
     )
+    server.client_timeout = settings.client_timeout
 
     def stop(signum: int) -> None:
         log.info("signal %d: stopping (in-flight requests get %.0fs)", signum, settings.shutdown_timeout)

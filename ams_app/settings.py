@@ -28,6 +28,8 @@ class Settings:
     tls_key: str | None = None
     #: Greenlets serving requests at once (each long-poll pull holds one).
     max_connections: int = 1000
+    #: Seconds a connection may stay silent (idle keep-alive, or a request trickling in).
+    client_timeout: float = 60.0
     #: Seconds that in-flight requests get to finish after SIGTERM.
     shutdown_timeout: float = 15.0
     #: Host name reported by /v1/version (omitted when empty).
@@ -88,6 +90,8 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
+        if self.client_timeout <= 0:
+            raise SettingsError("client_timeout must be positive")
         if self.pull_wait_seconds < 0:
             raise SettingsError("pull_wait_seconds must not be negative")
         if not 1 <= self.default_ack_deadline <= 600:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -133,3 +135,16 @@ def test_tokens_stay_out_of_the_access_log(make_server: Any) -> None:
     assert "/users:byToken/REDACTED" in log
     assert secret not in log
     assert srv.token not in log
+
+
+def test_silent_connections_are_closed(make_server: Any) -> None:
+    srv = make_server(tls=False, ams_client_timeout="1")
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as conn:
+        conn.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n")  # never finishes the request
+        started = time.monotonic()
+        answer = b""
+        while chunk := conn.recv(1000):  # until the server closes the connection
+            answer += chunk
+        assert 0.5 < time.monotonic() - started < 5
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer
+    assert requests.get(f"{srv.url}/status", timeout=10).status_code == 200
