@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import platform
+from importlib import resources
 from typing import Any
 
+import yaml
 from flask import Blueprint, Response, request
 
 from ams_app import __version__, auth
@@ -15,6 +18,14 @@ from ams_app.errors import AmsError
 from ams_app.models import User
 
 bp = Blueprint("v1", __name__, url_prefix="/v1")
+
+
+@functools.cache
+def openapi_document() -> dict[str, Any]:
+    text = resources.files("ams_app").joinpath("openapi.yaml").read_text(encoding="utf-8")
+    document: dict[str, Any] = yaml.safe_load(text)
+    return document
+
 
 P = "/projects/<name:project>"
 T = P + "/topics/<name:topic>"
@@ -56,6 +67,12 @@ def version() -> Response:
     if svc.settings.proxy_hostname:
         out["hostname"] = svc.settings.proxy_hostname
     return ok(out)
+
+
+@bp.get("/openapi.json")
+def openapi() -> Response:
+    """The API's OpenAPI 3.1 document (ams_app/openapi.yaml), as JSON."""
+    return ok(openapi_document())
 
 
 # ---------------------------------------------------------------------- users --------------
