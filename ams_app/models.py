@@ -56,6 +56,32 @@ class Topic:
 
 
 @dataclass
+class Schema:
+    uuid: str
+    project_uuid: str
+    name: str
+    type: str  # "json" or "avro"
+    schema: Any
+
+
+@dataclass
+class Registration:
+    uuid: str
+    name: str
+    email: str = ""
+    first_name: str = ""
+    last_name: str = ""
+    organization: str = ""
+    description: str = ""
+    status: str = "pending"  # pending | accepted | declined
+    decline_comment: str = ""
+    activation_token: str = ""
+    registered_at: int = 0
+    modified_by: str = ""  # user uuid
+    modified_at: int = 0
+
+
+@dataclass
 class PushConfig:
     type: str = ""
     push_endpoint: str = ""

@@ -11,8 +11,16 @@ import yaml
 from flask import Blueprint, Response, request
 
 from ams_app import __version__, auth
-from ams_app.api.pipeline import Ctx, add_route, body, empty, flag, ok, request_token, service
-from ams_app.api.views import delivery_view, project_view, sub_view, topic_view, user_view
+from ams_app.api.pipeline import MALFORMED, Ctx, add_route, body, empty, flag, ok, request_token, service
+from ams_app.api.views import (
+    delivery_view,
+    project_view,
+    registration_view,
+    schema_view,
+    sub_view,
+    topic_view,
+    user_view,
+)
 from ams_app.backends.store import Page
 from ams_app.errors import AmsError
 from ams_app.models import User
@@ -32,6 +40,8 @@ T = P + "/topics/<name:topic>"
 S = P + "/subscriptions/<name:subscription>"
 U = "/users/<name:user>"
 M = P + "/members/<name:user>"
+SC = P + "/schemas/<name:schema>"
+R = "/registrations/<name:uuid>"
 
 #: When this build was made (set by packaging; empty in a source checkout).
 BUILD_TIME = ""
@@ -232,17 +242,20 @@ def members_remove(ctx: Ctx, project: str, user: str) -> Response:
 @add_route(bp, P + "/topics", "topics:list", "GET")
 def topics_list(ctx: Ctx, project: str) -> Response:
     page = ctx.svc.list_topics(ctx.caller, ctx.proj, *_paging())
-    return _page("topics", [topic_view(ctx.proj, t) for t in page.items], page)
+    names = ctx.svc.schema_names(ctx.proj) if any(t.schema_uuid for t in page.items) else {}
+    return _page("topics", [topic_view(ctx.proj, t, names.get(t.schema_uuid)) for t in page.items], page)
 
 
 @add_route(bp, T, "topics:show", "GET")
 def topics_show(ctx: Ctx, project: str, topic: str) -> Response:
-    return ok(topic_view(ctx.proj, ctx.svc.topic(ctx.proj, topic)))
+    found = ctx.svc.topic(ctx.proj, topic)
+    return ok(topic_view(ctx.proj, found, ctx.svc.topic_schema_name(ctx.proj, found)))
 
 
 @add_route(bp, T, "topics:create", "PUT")
 def topics_create(ctx: Ctx, project: str, topic: str) -> Response:
-    return ok(topic_view(ctx.proj, ctx.svc.create_topic(ctx.proj, topic, body())))
+    created = ctx.svc.create_topic(ctx.proj, topic, body())
+    return ok(topic_view(ctx.proj, created, ctx.svc.topic_schema_name(ctx.proj, created)))
 
 
 @add_route(bp, T, "topics:delete", "DELETE")
@@ -271,6 +284,89 @@ def topics_modify_acl(ctx: Ctx, project: str, topic: str) -> Response:
 def topics_subscriptions(ctx: Ctx, project: str, topic: str) -> Response:
     names = ctx.svc.topic_subscriptions(ctx.proj, topic)
     return ok({"subscriptions": [f"/projects/{ctx.proj.name}/subscriptions/{n}" for n in names]})
+
+
+@add_route(bp, T + ":attachSchema", "topics:attachSchema", "POST")
+def topics_attach_schema(ctx: Ctx, project: str, topic: str) -> Response:
+    ctx.svc.attach_schema(ctx.proj, topic, body())
+    return empty()
+
+
+@add_route(bp, T + ":detachSchema", "topics:detachSchema", "POST")
+def topics_detach_schema(ctx: Ctx, project: str, topic: str) -> Response:
+    ctx.svc.detach_schema(ctx.proj, topic)
+    return empty()
+
+
+# ---------------------------------------------------------------------- schemas ------------
+@add_route(bp, P + "/schemas", "schemas:list", "GET")
+def schemas_list(ctx: Ctx, project: str) -> Response:
+    return ok({"schemas": [schema_view(ctx.proj, s) for s in ctx.svc.store.list_schemas(ctx.proj.uuid)]})
+
+
+@add_route(bp, SC, "schemas:show", "GET")
+def schemas_show(ctx: Ctx, project: str, schema: str) -> Response:
+    return ok(schema_view(ctx.proj, ctx.svc.schema(ctx.proj, schema)))
+
+
+@add_route(bp, SC, "schemas:create", "POST")
+def schemas_create(ctx: Ctx, project: str, schema: str) -> Response:
+    return ok(schema_view(ctx.proj, ctx.svc.create_schema(ctx.proj, schema, body())))
+
+
+@add_route(bp, SC, "schemas:update", "PUT")
+def schemas_update(ctx: Ctx, project: str, schema: str) -> Response:
+    return ok(schema_view(ctx.proj, ctx.svc.update_schema(ctx.proj, schema, body())))
+
+
+@add_route(bp, SC, "schemas:delete", "DELETE")
+def schemas_delete(ctx: Ctx, project: str, schema: str) -> Response:
+    ctx.svc.delete_schema(ctx.proj, schema)
+    return empty()
+
+
+@add_route(bp, SC + ":validate", "schemas:validateMessage", "POST")
+def schemas_validate(ctx: Ctx, project: str, schema: str) -> Response:
+    ctx.svc.schema(ctx.proj, schema)
+    payload = body()
+    if payload is None or payload is MALFORMED:
+        raise AmsError.invalid_request_body()
+    ctx.svc.validate_with_schema(ctx.proj, schema, payload)
+    return ok({"message": "Message validated successfully"})
+
+
+# ---------------------------------------------------------------------- registrations ------
+@add_route(bp, "/registrations", "registrations:newUser", "POST")
+def registrations_create(ctx: Ctx) -> Response:
+    return ok(registration_view(ctx.svc.store, ctx.svc.register(body())))
+
+
+@add_route(bp, "/registrations", "registrations:list", "GET")
+def registrations_list(ctx: Ctx) -> Response:
+    found = ctx.svc.list_registrations(request.args.to_dict())
+    return ok({"user_registrations": [registration_view(ctx.svc.store, r) for r in found]})
+
+
+@add_route(bp, R, "registrations:show", "GET")
+def registrations_show(ctx: Ctx, uuid: str) -> Response:
+    return ok(registration_view(ctx.svc.store, ctx.svc.registration(uuid)))
+
+
+@add_route(bp, R + ":accept", "registrations:acceptNewUser", "POST")
+def registrations_accept(ctx: Ctx, uuid: str) -> Response:
+    return _privileged(ctx, ctx.svc.accept_registration(ctx.caller, uuid))
+
+
+@add_route(bp, R + ":decline", "registrations:declineNewUser", "POST")
+def registrations_decline(ctx: Ctx, uuid: str) -> Response:
+    ctx.svc.decline_registration(ctx.caller, uuid, body())
+    return ok({})
+
+
+@add_route(bp, R, "registrations:delete", "DELETE")
+def registrations_delete(ctx: Ctx, uuid: str) -> Response:
+    ctx.svc.delete_registration(uuid)
+    return empty()
 
 
 # ---------------------------------------------------------------------- subscriptions ------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ams_app.backends.store import MetadataStore
-from ams_app.models import Project, Subscription, Topic, User
+from ams_app.models import Project, Registration, Schema, Subscription, Topic, User
 from ams_app.service.core import Delivery
 from ams_app.timeutil import zulu_nanos, zulu_seconds
 
@@ -118,3 +118,30 @@ def delivery_view(delivery: Delivery) -> dict[str, Any]:
     message["data"] = delivery.message.data
     message["publishTime"] = zulu_nanos(delivery.message.publish_ns)
     return {"ackId": delivery.ack_id, "message": message}
+
+
+def schema_view(project: Project, schema: Schema) -> dict[str, Any]:
+    return {
+        "uuid": schema.uuid,
+        "name": f"projects/{project.name}/schemas/{schema.name}",
+        "type": schema.type,
+        "schema": schema.schema,
+    }
+
+
+def registration_view(store: MetadataStore, registration: Registration) -> dict[str, Any]:
+    out: dict[str, Any] = {"uuid": registration.uuid, "name": registration.name}
+    for key in ("first_name", "last_name", "organization", "description", "email"):
+        out[key] = getattr(registration, key)
+    out["status"] = registration.status
+    if registration.decline_comment:
+        out["decline_comment"] = registration.decline_comment
+    if registration.activation_token:
+        out["activation_token"] = registration.activation_token
+    out["registered_at"] = zulu_seconds(registration.registered_at)
+    if registration.modified_at:
+        modifier = store.get_user(uuid=registration.modified_by) if registration.modified_by else None
+        if modifier is not None:
+            out["modified_by"] = modifier.name
+        out["modified_at"] = zulu_seconds(registration.modified_at)
+    return out

@@ -20,7 +20,9 @@ from ams_app.backends.store import InvalidPageToken, MetadataStore, Page
 from ams_app.errors import AmsError
 from ams_app.models import Cursor, Membership, Project, Subscription, Topic, User
 from ams_app.service import cursor as cur
-from ams_app.service import push
+from ams_app.service import push, schemas
+from ams_app.service.registration_ops import RegistrationOps
+from ams_app.service.schema_ops import SchemaOps
 from ams_app.service.validation import (
     as_object,
     opt_bool,
@@ -57,7 +59,7 @@ class Delivery:
     message: StoredMessage
 
 
-class AmsService:
+class AmsService(SchemaOps, RegistrationOps):
     def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
         self.settings = settings
         self.store = store
@@ -358,21 +360,12 @@ class AmsService:
         self.store.update_subscription(sub)
 
     # ----------------------------------------------------------------- topics -----------
-    def _schema_ref(self, project: Project, ref: str) -> str:
-        parts = ref.split("/")
-        if len(parts) != 4 or parts[0] != "projects" or parts[2] != "schemas" or parts[1] != project.name:
-            raise AmsError.invalid_data("wrong schema name declaration")
-        # Schemas arrive with their own API; until then none exists.
-        raise AmsError.not_found("Schema")
-
     def create_topic(self, project: Project, name: str, body: Any) -> Topic:
         bad = AmsError.invalid_request_body()
         body = as_object({} if body is None else body, bad)
         if not all(isinstance(v, str) for v in body.values()):
             raise bad
-        schema_uuid = ""
-        if body.get("schema"):
-            schema_uuid = self._schema_ref(project, body["schema"])
+        schema_uuid = self.schema_by_ref(project, body["schema"]).uuid if body.get("schema") else ""
         topic = Topic(project.uuid, name, now_ns(), [], schema_uuid)
         self.log.create_topic(topic_key(project, name))
         if not self.store.create_topic(topic):
@@ -432,6 +425,10 @@ class AmsService:
         if self._acl_applies(caller, PUBLISHER) and caller.uuid not in topic.acl:
             raise AmsError.forbidden()
         messages = self._messages(body)
+        compiled = self.compiled_schema_of(project, topic)
+        if compiled is not None:
+            for index, message in enumerate(messages):  # every message first: all or nothing
+                schemas.validate_message(compiled, index, message.data)
         if not messages:
             return []
         stored = self.log.append(topic_key(project, name), messages)

@@ -14,6 +14,8 @@ from ams_app.backends.store import InvalidPageToken, Page
 from ams_app.models import (
     Cursor,
     Project,
+    Registration,
+    Schema,
     Subscription,
     Topic,
     User,
@@ -71,6 +73,19 @@ CREATE TABLE IF NOT EXISTS acl (
     PRIMARY KEY (kind, project_uuid, name, user_uuid)
 );
 CREATE INDEX IF NOT EXISTS acl_by_user ON acl (user_uuid);
+CREATE TABLE IF NOT EXISTS schemas (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    project_uuid TEXT NOT NULL,
+    uuid TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    UNIQUE (project_uuid, name)
+);
+CREATE TABLE IF NOT EXISTS registrations (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    uuid TEXT NOT NULL UNIQUE,
+    doc TEXT NOT NULL
+);
 """
 
 
@@ -196,6 +211,7 @@ class SqliteMetadataStore:
                     user.projects = [m for m in user.projects if m.project_uuid != uuid]
                     conn.execute("UPDATE users SET doc=? WHERE uuid=?", (_dump(to_doc(user)), user_uuid))
             conn.execute("DELETE FROM memberships WHERE project_uuid=?", (uuid,))
+            conn.execute("DELETE FROM schemas WHERE project_uuid=?", (uuid,))
             conn.execute("DELETE FROM projects WHERE uuid=?", (uuid,))
             return topics
 
@@ -417,6 +433,96 @@ class SqliteMetadataStore:
             ).fetchall()
         )
         return [r[0] for r in rows]
+
+    # --- schemas ------------------------------------------------------------------------
+    def create_schema(self, schema: Schema) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "INSERT INTO schemas (project_uuid, uuid, name, doc) VALUES (?,?,?,?)",
+                    (schema.project_uuid, schema.uuid, schema.name, _dump(to_doc(schema))),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        return self.db.run(tx)
+
+    def get_schema(self, project_uuid: str, *, name: str | None = None, uuid: str | None = None) -> Schema | None:
+        column, value = ("name", name) if name is not None else ("uuid", uuid)
+        row = self.db.read(
+            lambda c: c.execute(
+                f"SELECT doc FROM schemas WHERE project_uuid=? AND {column}=?", (project_uuid, value)
+            ).fetchone()
+        )
+        return Schema(**json.loads(row[0])) if row else None
+
+    def list_schemas(self, project_uuid: str) -> list[Schema]:
+        rows = self.db.read(
+            lambda c: c.execute("SELECT doc FROM schemas WHERE project_uuid=? ORDER BY seq", (project_uuid,)).fetchall()
+        )
+        return [Schema(**json.loads(r[0])) for r in rows]
+
+    def update_schema(self, schema: Schema) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                cur = conn.execute(
+                    "UPDATE schemas SET name=?, doc=? WHERE uuid=?", (schema.name, _dump(to_doc(schema)), schema.uuid)
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return cur.rowcount > 0
+
+        return self.db.run(tx)
+
+    def delete_schema(self, project_uuid: str, uuid: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            rows = conn.execute(
+                "SELECT seq, doc FROM topics WHERE project_uuid=? AND json_extract(doc, '$.schema_uuid')=?",
+                (project_uuid, uuid),
+            ).fetchall()
+            for seq, doc in rows:
+                conn.execute("UPDATE topics SET doc=? WHERE seq=?", (_dump(json.loads(doc) | {"schema_uuid": ""}), seq))
+            return (
+                conn.execute("DELETE FROM schemas WHERE project_uuid=? AND uuid=?", (project_uuid, uuid)).rowcount > 0
+            )
+
+        return self.db.run(tx)
+
+    # --- registrations ------------------------------------------------------------------
+    def create_registration(self, registration: Registration) -> None:
+        self.db.run(
+            lambda c: c.execute(
+                "INSERT INTO registrations (uuid, doc) VALUES (?,?)", (registration.uuid, _dump(to_doc(registration)))
+            )
+        )
+
+    def get_registration(self, uuid: str) -> Registration | None:
+        row = self.db.read(lambda c: c.execute("SELECT doc FROM registrations WHERE uuid=?", (uuid,)).fetchone())
+        return Registration(**json.loads(row[0])) if row else None
+
+    def list_registrations(self, filters: dict[str, str]) -> list[Registration]:
+        # filter keys come from a fixed set (the service checks them), values are bound parameters
+        where = " AND ".join(f"json_extract(doc, '$.{key}')=?" for key in filters) or "1=1"
+        rows = self.db.read(
+            lambda c: c.execute(
+                f"SELECT doc FROM registrations WHERE {where} ORDER BY seq", list(filters.values())
+            ).fetchall()
+        )
+        return [Registration(**json.loads(r[0])) for r in rows]
+
+    def update_registration(self, registration: Registration) -> bool:
+        cur = self.db.run(
+            lambda c: (
+                c.execute(
+                    "UPDATE registrations SET doc=? WHERE uuid=?", (_dump(to_doc(registration)), registration.uuid)
+                ).rowcount
+            )
+        )
+        return cur > 0
+
+    def delete_registration(self, uuid: str) -> bool:
+        return self.db.run(lambda c: c.execute("DELETE FROM registrations WHERE uuid=?", (uuid,)).rowcount) > 0
 
     # --- cursors ------------------------------------------------------------------------
     def get_cursor(self, project_uuid: str, name: str) -> Cursor | None:

@@ -1,0 +1,89 @@
+"""User registrations: a request to become a user, accepted or declined by an admin."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+from ams_app import auth
+from ams_app.auth import Caller
+from ams_app.backends.store import MetadataStore
+from ams_app.errors import AmsError
+from ams_app.models import Registration, User
+from ams_app.service.validation import as_object, opt_str, valid_name
+from ams_app.timeutil import now_ns
+
+_BAD = AmsError.invalid_argument("User")
+FILTERS = ("status", "activation_token", "name", "email", "organization")
+_TEXT = ("email", "first_name", "last_name", "organization", "description")
+
+
+class RegistrationOps:
+    store: MetadataStore
+
+    def _new_user(self, caller: Caller, name: str, **fields: Any) -> User:  # provided by AmsService
+        raise NotImplementedError
+
+    def register(self, body: Any) -> Registration:
+        body = as_object(body, _BAD)
+        name = opt_str(body, "name", _BAD) or ""
+        if not valid_name(name):
+            raise AmsError.invalid_name("user")
+        texts = {key: opt_str(body, key, _BAD) or "" for key in _TEXT}
+        if self.store.get_user(name=name) is not None:
+            raise AmsError.conflict("User")
+        registration = Registration(
+            uuid=str(uuidlib.uuid4()),
+            name=name,
+            email=texts["email"],
+            first_name=texts["first_name"],
+            last_name=texts["last_name"],
+            organization=texts["organization"],
+            description=texts["description"],
+            status="pending",
+            activation_token=auth.new_token(),
+            registered_at=now_ns(),
+        )
+        self.store.create_registration(registration)
+        return registration
+
+    def registration(self, uuid: str) -> Registration:
+        found = self.store.get_registration(uuid)
+        if found is None:
+            raise AmsError.not_found("User registration")
+        return found
+
+    def _pending(self, uuid: str) -> Registration:
+        found = self.store.get_registration(uuid)
+        if found is None or found.status != "pending":
+            raise AmsError.not_found("User registration")
+        return found
+
+    def accept_registration(self, caller: Caller, uuid: str) -> User:
+        registration = self._pending(uuid)
+        fields = {key: getattr(registration, key) for key in _TEXT}
+        user = self._new_user(caller, registration.name, **fields)
+        registration.status = "accepted"
+        registration.activation_token = ""
+        registration.modified_by = caller.uuid
+        registration.modified_at = now_ns()
+        self.store.update_registration(registration)
+        return user
+
+    def decline_registration(self, caller: Caller, uuid: str, body: Any) -> None:
+        body = as_object(body, AmsError.invalid_request_body())
+        comment = opt_str(body, "comment", AmsError.invalid_request_body()) or ""
+        registration = self._pending(uuid)
+        registration.status = "declined"
+        registration.decline_comment = comment
+        registration.activation_token = ""
+        registration.modified_by = caller.uuid
+        registration.modified_at = now_ns()
+        self.store.update_registration(registration)
+
+    def list_registrations(self, args: dict[str, str]) -> list[Registration]:
+        return self.store.list_registrations({k: v for k, v in args.items() if k in FILTERS and v})
+
+    def delete_registration(self, uuid: str) -> None:
+        if not self.store.delete_registration(uuid):
+            raise AmsError.not_found("User registration")
