@@ -23,7 +23,7 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
     from ams_app.errors_http import register_error_handlers
     from ams_app.service.core import AmsService
 
-    app = Flask(__name__)
+    app = Flask(__name__, static_folder=None)  # no static files: no /static route
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.converters["name"] = NameConverter
@@ -32,5 +32,6 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
         service = AmsService(settings, store, log)
     app.extensions["ams"] = service
     app.register_blueprint(routes.bp)
+    app.register_blueprint(routes.prometheus_bp)
     register_error_handlers(app)
     return app

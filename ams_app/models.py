@@ -114,6 +114,28 @@ class Subscription:
 
 
 @dataclass
+class Usage:
+    """Traffic of a topic (published) or a subscription (consumed, redeliveries included)."""
+
+    messages: int = 0
+    bytes: int = 0
+    latest_ns: int = 0  # last publish or pull
+    rate: float = 0.0  # messages per second between the last two
+
+
+@dataclass
+class UsageBatch:
+    """Counts gathered in memory between two flushes to the store."""
+
+    topics: dict[tuple[str, str], Usage] = field(default_factory=dict)  # (project uuid, topic)
+    subs: dict[tuple[str, str], Usage] = field(default_factory=dict)  # (project uuid, subscription)
+    daily: dict[tuple[str, str, str], int] = field(default_factory=dict)  # (project uuid, topic, YYYY-MM-DD)
+
+    def empty(self) -> bool:
+        return not (self.topics or self.subs or self.daily)
+
+
+@dataclass
 class Lease:
     """Messages [start, end) handed out by one pull, not yet acknowledged."""
 

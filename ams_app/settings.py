@@ -32,6 +32,13 @@ class Settings:
     client_timeout: float = 60.0
     #: Seconds that in-flight requests get to finish after SIGTERM.
     shutdown_timeout: float = 15.0
+    #: Name of this node in the operational metrics (default: the host name).
+    node_name: str = ""
+    #: Seconds between flushes of the usage counters to the store (a crash loses at most this much).
+    metrics_flush_seconds: float = 2.0
+    #: Who may read the Prometheus text at /metrics: ``token`` (service_admin or metrics_viewer),
+    #: ``open`` (anyone who reaches the port) or ``off``.
+    prometheus_access: str = "token"
     #: Host name reported by /v1/version (omitted when empty).
     proxy_hostname: str = ""
 
@@ -90,6 +97,10 @@ class Settings:
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
+        if self.prometheus_access not in ("token", "open", "off"):
+            raise SettingsError("prometheus_access must be token, open or off")
+        if self.metrics_flush_seconds <= 0:
+            raise SettingsError("metrics_flush_seconds must be positive")
         if self.client_timeout <= 0:
             raise SettingsError("client_timeout must be positive")
         if self.pull_wait_seconds < 0:

@@ -26,6 +26,25 @@ from ams_app.errors import AmsError
 from ams_app.models import User
 
 bp = Blueprint("v1", __name__, url_prefix="/v1")
+#: Outside the API: the Prometheus text exposition at /metrics.
+prometheus_bp = Blueprint("prometheus", __name__)
+
+
+@prometheus_bp.get("/metrics")
+def prometheus() -> Response:
+    svc = service()
+    access = svc.settings.prometheus_access
+    if access == "off":
+        raise AmsError.not_found("Resource")
+    if access == "token":
+        header = request.headers.get("Authorization", "")
+        token = header[7:].strip() if header.lower().startswith("bearer ") else request_token()
+        caller = svc.caller_for_token(token)
+        if caller is None:
+            raise AmsError.unauthorized()
+        if not (caller.is_service_admin or caller.has("metrics_viewer")):
+            raise AmsError.forbidden()
+    return Response(svc.prometheus_text(), status=200, content_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @functools.cache
@@ -83,6 +102,40 @@ def version() -> Response:
 def openapi() -> Response:
     """The API's OpenAPI 3.1 document (ams_app/openapi.yaml), as JSON."""
     return ok(openapi_document())
+
+
+@add_route(bp, "/metrics", "ams:metrics", "GET")
+def metrics_operational(ctx: Ctx) -> Response:
+    return ok({"metrics": ctx.svc.operational_metrics()})
+
+
+@add_route(bp, "/metrics/va_metrics", "ams:vaMetrics", "GET")
+def metrics_va(ctx: Ctx) -> Response:
+    return ok(ctx.svc.va_metrics(request.args.to_dict()))
+
+
+@bp.get("/users/usageReport")
+def users_usage_report() -> Response:
+    svc = service()
+    caller = svc.caller_for_token(request_token())
+    if caller is None:
+        raise AmsError.unauthorized()
+    return ok(svc.usage_report(caller, request.args.to_dict()))
+
+
+@add_route(bp, P + ":metrics", "projects:metrics", "GET")
+def projects_metrics(ctx: Ctx, project: str) -> Response:
+    return ok({"metrics": ctx.svc.project_metrics(ctx.proj)})
+
+
+@add_route(bp, T + ":metrics", "topics:metrics", "GET")
+def topics_metrics(ctx: Ctx, project: str, topic: str) -> Response:
+    return ok({"metrics": ctx.svc.topic_metrics(ctx.caller, ctx.proj, topic)})
+
+
+@add_route(bp, S + ":metrics", "subscriptions:metrics", "GET")
+def subs_metrics(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok({"metrics": ctx.svc.subscription_metrics(ctx.caller, ctx.proj, subscription)})
 
 
 # ---------------------------------------------------------------------- users --------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from ams_app.models import Cursor, Project, Registration, Schema, Subscription, Topic, User
+from ams_app.models import Cursor, Project, Registration, Schema, Subscription, Topic, Usage, UsageBatch, User
 
 T = TypeVar("T")
 
@@ -84,6 +84,32 @@ class MetadataStore(Protocol):
     def list_registrations(self, filters: dict[str, str]) -> list[Registration]: ...
     def update_registration(self, registration: Registration) -> bool: ...
     def delete_registration(self, uuid: str) -> bool: ...
+
+    # usage counters and operational metrics
+    def add_usage(self, batch: UsageBatch) -> None:
+        """Add the batch's counts atomically (increments; latest time and rate replace)."""
+        ...
+
+    def usage(self, kind: str, project_uuid: str, name: str) -> Usage:
+        """Counters of a 'topic' or a 'sub'; zeros when there are none."""
+        ...
+
+    def all_usage(self, kind: str) -> list[tuple[str, str, Usage]]: ...
+    def daily_messages(self, project_uuid: str, topic: str | None, days: int) -> list[tuple[str, int]]:
+        """(YYYY-MM-DD, messages) of the most recent ``days`` days with traffic, newest first;
+        of one topic, or summed over the project's topics when ``topic`` is None."""
+        ...
+
+    def daily_totals(self, start: str, end: str) -> dict[str, int]:
+        """project uuid -> messages published from day ``start`` to day ``end`` (inclusive)."""
+        ...
+
+    def created_between(self, project_uuid: str, start_ns: int, end_ns: int) -> tuple[int, int, int]:
+        """(topics, subscriptions, member users) of the project created in [start_ns, end_ns]."""
+        ...
+
+    def put_node_metrics(self, hostname: str, cpu: float, memory: float) -> None: ...
+    def node_metrics(self) -> list[tuple[str, float, float]]: ...
 
     # cursors: optimistic concurrency, so that many nodes can serve one subscription
     def get_cursor(self, project_uuid: str, name: str) -> Cursor | None: ...

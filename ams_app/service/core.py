@@ -21,8 +21,10 @@ from ams_app.errors import AmsError
 from ams_app.models import Cursor, Membership, Project, Subscription, Topic, User
 from ams_app.service import cursor as cur
 from ams_app.service import push, schemas
+from ams_app.service.metrics_ops import MetricsOps
 from ams_app.service.registration_ops import RegistrationOps
 from ams_app.service.schema_ops import SchemaOps
+from ams_app.service.usage import UsageCounters
 from ams_app.service.validation import (
     as_object,
     opt_bool,
@@ -59,15 +61,17 @@ class Delivery:
     message: StoredMessage
 
 
-class AmsService(SchemaOps, RegistrationOps):
+class AmsService(SchemaOps, RegistrationOps, MetricsOps):
     def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
         self.settings = settings
         self.store = store
         self.log = log
         self.stopping = Event()
+        self.usage = UsageCounters(store, settings.metrics_flush_seconds)
 
     def close(self) -> None:
         self.stopping.set()
+        self.usage.close()
         self.store.close()
         self.log.close()
 
@@ -161,6 +165,7 @@ class AmsService(SchemaOps, RegistrationOps):
         return project
 
     def delete_project(self, project: Project) -> None:
+        self.usage.forget(project.uuid)
         for topic_name in self.store.delete_project(project.uuid):
             self.log.drop_topic(topic_key(project, topic_name))
 
@@ -375,6 +380,7 @@ class AmsService(SchemaOps, RegistrationOps):
     def delete_topic(self, project: Project, name: str) -> None:
         if not self.store.delete_topic(project.uuid, name):
             raise AmsError.not_found("Topic")
+        self.usage.forget(project.uuid, "topic", name)
         self.log.delete_topic(topic_key(project, name))
 
     def list_topics(
@@ -432,6 +438,7 @@ class AmsService(SchemaOps, RegistrationOps):
         if not messages:
             return []
         stored = self.log.append(topic_key(project, name), messages)
+        self.usage.published(project.uuid, name, len(stored), sum(len(m.data) for m in stored), now_ns())
         return [str(m.offset) for m in stored]
 
     # ----------------------------------------------------------------- subscriptions ----
@@ -465,6 +472,7 @@ class AmsService(SchemaOps, RegistrationOps):
     def delete_subscription(self, project: Project, name: str) -> None:
         if not self.store.delete_subscription(project.uuid, name):
             raise AmsError.not_found("Subscription")
+        self.usage.forget(project.uuid, "sub", name)
 
     def list_subscriptions(
         self, caller: Caller, project: Project, page_size: str | None, page_token: str | None
@@ -525,6 +533,7 @@ class AmsService(SchemaOps, RegistrationOps):
             marker = self.log.marker(key)
             messages = self._lease(project, sub, key, max_messages)
             if messages:
+                self.usage.consumed(project.uuid, sub.name, len(messages), sum(len(m.data) for m in messages), now_ns())
                 prefix = f"projects/{project.name}/subscriptions/{sub.name}:"
                 return [Delivery(f"{prefix}{m.offset}", m) for m in messages]
             remaining = give_up - time.monotonic()
@@ -592,15 +601,19 @@ class AmsService(SchemaOps, RegistrationOps):
         raise AmsError.invalid_data("wrong ack") from problem
 
     # ----------------------------------------------------------------- offsets ----------
-    def offsets(self, project: Project, name: str) -> dict[str, int]:
-        sub = self.subscription(project, name)
+    def sub_offsets(self, project: Project, sub: Subscription) -> tuple[int, int, int]:
+        """(min, max, current) of a subscription; a subscription behind the log's retention
+        moves to the oldest message."""
         low, high = self.log.bounds(topic_key(project, sub.topic))
 
         def catch_up(cursor: Cursor) -> tuple[Cursor | None, int]:
-            # a subscription behind the log's retention moves to the oldest message
             return (cur.normalize(cursor, low), low) if cursor.offset < low else (None, cursor.offset)
 
-        return {"max": high, "min": low, "current": self._change_cursor(project, sub.name, catch_up)}
+        return low, high, self._change_cursor(project, sub.name, catch_up)
+
+    def offsets(self, project: Project, name: str) -> dict[str, int]:
+        low, high, current = self.sub_offsets(project, self.subscription(project, name))
+        return {"max": high, "min": low, "current": current}
 
     def modify_offset(self, project: Project, name: str, body: Any) -> None:
         body = as_object(body, _BAD_OFFSET)

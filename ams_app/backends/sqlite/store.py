@@ -18,6 +18,8 @@ from ams_app.models import (
     Schema,
     Subscription,
     Topic,
+    Usage,
+    UsageBatch,
     User,
     cursor_from_doc,
     cursor_to_doc,
@@ -80,6 +82,29 @@ CREATE TABLE IF NOT EXISTS schemas (
     name TEXT NOT NULL,
     doc TEXT NOT NULL,
     UNIQUE (project_uuid, name)
+);
+CREATE TABLE IF NOT EXISTS usage (
+    kind TEXT NOT NULL,          -- 'topic' or 'sub'
+    project_uuid TEXT NOT NULL,
+    name TEXT NOT NULL,
+    messages INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    latest_ns INTEGER NOT NULL,
+    rate REAL NOT NULL,
+    PRIMARY KEY (kind, project_uuid, name)
+);
+CREATE TABLE IF NOT EXISTS daily_messages (
+    project_uuid TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    day TEXT NOT NULL,           -- YYYY-MM-DD, UTC
+    messages INTEGER NOT NULL,
+    PRIMARY KEY (project_uuid, topic, day)
+);
+CREATE INDEX IF NOT EXISTS daily_by_day ON daily_messages (day);
+CREATE TABLE IF NOT EXISTS node_metrics (
+    hostname TEXT PRIMARY KEY,
+    cpu REAL NOT NULL,
+    memory REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS registrations (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -212,6 +237,8 @@ class SqliteMetadataStore:
                     conn.execute("UPDATE users SET doc=? WHERE uuid=?", (_dump(to_doc(user)), user_uuid))
             conn.execute("DELETE FROM memberships WHERE project_uuid=?", (uuid,))
             conn.execute("DELETE FROM schemas WHERE project_uuid=?", (uuid,))
+            conn.execute("DELETE FROM usage WHERE project_uuid=?", (uuid,))
+            conn.execute("DELETE FROM daily_messages WHERE project_uuid=?", (uuid,))
             conn.execute("DELETE FROM projects WHERE uuid=?", (uuid,))
             return topics
 
@@ -344,6 +371,7 @@ class SqliteMetadataStore:
     def delete_topic(self, project_uuid: str, name: str) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
             conn.execute("DELETE FROM acl WHERE kind='topic' AND project_uuid=? AND name=?", (project_uuid, name))
+            conn.execute("DELETE FROM usage WHERE kind='topic' AND project_uuid=? AND name=?", (project_uuid, name))
             return conn.execute("DELETE FROM topics WHERE project_uuid=? AND name=?", (project_uuid, name)).rowcount > 0
 
         return self.db.run(tx)
@@ -408,6 +436,7 @@ class SqliteMetadataStore:
     def delete_subscription(self, project_uuid: str, name: str) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
             conn.execute("DELETE FROM acl WHERE kind='sub' AND project_uuid=? AND name=?", (project_uuid, name))
+            conn.execute("DELETE FROM usage WHERE kind='sub' AND project_uuid=? AND name=?", (project_uuid, name))
             cur = conn.execute("DELETE FROM subscriptions WHERE project_uuid=? AND name=?", (project_uuid, name))
             return cur.rowcount > 0
 
@@ -523,6 +552,100 @@ class SqliteMetadataStore:
 
     def delete_registration(self, uuid: str) -> bool:
         return self.db.run(lambda c: c.execute("DELETE FROM registrations WHERE uuid=?", (uuid,)).rowcount) > 0
+
+    # --- usage and operational metrics ------------------------------------------------------
+    def add_usage(self, batch: UsageBatch) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            for kind, rows in (("topic", batch.topics), ("sub", batch.subs)):
+                conn.executemany(
+                    "INSERT INTO usage (kind, project_uuid, name, messages, bytes, latest_ns, rate)"
+                    " VALUES (?,?,?,?,?,?,?) ON CONFLICT (kind, project_uuid, name) DO UPDATE SET"
+                    " messages = messages + excluded.messages, bytes = bytes + excluded.bytes,"
+                    " latest_ns = MAX(latest_ns, excluded.latest_ns),"
+                    " rate = CASE WHEN excluded.latest_ns >= latest_ns THEN excluded.rate ELSE rate END",
+                    [(kind, p, n, u.messages, u.bytes, u.latest_ns, u.rate) for (p, n), u in rows.items()],
+                )
+            conn.executemany(
+                "INSERT INTO daily_messages (project_uuid, topic, day, messages) VALUES (?,?,?,?)"
+                " ON CONFLICT (project_uuid, topic, day) DO UPDATE SET messages = messages + excluded.messages",
+                [(p, t, d, n) for (p, t, d), n in batch.daily.items()],
+            )
+
+        self.db.run(tx)
+
+    def usage(self, kind: str, project_uuid: str, name: str) -> Usage:
+        row = self.db.read(
+            lambda c: c.execute(
+                "SELECT messages, bytes, latest_ns, rate FROM usage WHERE kind=? AND project_uuid=? AND name=?",
+                (kind, project_uuid, name),
+            ).fetchone()
+        )
+        return Usage(*row) if row else Usage()
+
+    def all_usage(self, kind: str) -> list[tuple[str, str, Usage]]:
+        rows = self.db.read(
+            lambda c: c.execute(
+                "SELECT project_uuid, name, messages, bytes, latest_ns, rate FROM usage WHERE kind=?", (kind,)
+            ).fetchall()
+        )
+        return [(r[0], r[1], Usage(*r[2:])) for r in rows]
+
+    def daily_messages(self, project_uuid: str, topic: str | None, days: int) -> list[tuple[str, int]]:
+        where, args = "project_uuid=?", [project_uuid]
+        if topic is not None:
+            where += " AND topic=?"
+            args.append(topic)
+        rows = self.db.read(
+            lambda c: c.execute(
+                f"SELECT day, SUM(messages) FROM daily_messages WHERE {where} GROUP BY day ORDER BY day DESC LIMIT ?",
+                [*args, days],
+            ).fetchall()
+        )
+        return [(r[0], int(r[1])) for r in rows]
+
+    def daily_totals(self, start: str, end: str) -> dict[str, int]:
+        rows = self.db.read(
+            lambda c: c.execute(
+                "SELECT project_uuid, SUM(messages) FROM daily_messages WHERE day >= ? AND day <= ?"
+                " GROUP BY project_uuid",
+                (start, end),
+            ).fetchall()
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
+    def created_between(self, project_uuid: str, start_ns: int, end_ns: int) -> tuple[int, int, int]:
+        def tx(conn: sqlite3.Connection) -> tuple[int, int, int]:
+            window = "json_extract(doc, '$.created_on') BETWEEN ? AND ?"
+            topics = conn.execute(
+                f"SELECT COUNT(*) FROM topics WHERE project_uuid=? AND {window}", (project_uuid, start_ns, end_ns)
+            ).fetchone()[0]
+            subs = conn.execute(
+                f"SELECT COUNT(*) FROM subscriptions WHERE project_uuid=? AND {window}",
+                (project_uuid, start_ns, end_ns),
+            ).fetchone()[0]
+            users = conn.execute(
+                f"SELECT COUNT(*) FROM users WHERE {window}"
+                " AND uuid IN (SELECT user_uuid FROM memberships WHERE project_uuid=?)",
+                (start_ns, end_ns, project_uuid),
+            ).fetchone()[0]
+            return int(topics), int(subs), int(users)
+
+        return self.db.read(tx)
+
+    def put_node_metrics(self, hostname: str, cpu: float, memory: float) -> None:
+        self.db.run(
+            lambda c: c.execute(
+                "INSERT INTO node_metrics (hostname, cpu, memory) VALUES (?,?,?)"
+                " ON CONFLICT (hostname) DO UPDATE SET cpu = excluded.cpu, memory = excluded.memory",
+                (hostname, cpu, memory),
+            )
+        )
+
+    def node_metrics(self) -> list[tuple[str, float, float]]:
+        rows = self.db.read(
+            lambda c: c.execute("SELECT hostname, cpu, memory FROM node_metrics ORDER BY hostname").fetchall()
+        )
+        return [(r[0], float(r[1]), float(r[2])) for r in rows]
 
     # --- cursors ------------------------------------------------------------------------
     def get_cursor(self, project_uuid: str, name: str) -> Cursor | None:

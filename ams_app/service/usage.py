@@ -1,0 +1,148 @@
+"""Usage counters: gathered in memory, added to the store in batches.
+
+Counting costs no store write per message, nor per request: every publish and pull adds to an
+in-memory batch (greenlets do not preempt each other, so the additions are exact), and a
+background greenlet hands the batch to the store every ``flush_seconds`` as atomic increments,
+which stay exact with many nodes adding at once. Reads add what is not flushed yet, so this
+node's own traffic shows at once; a read that comes while a batch is being written waits for
+that write (milliseconds), as the batch is then in neither place. A crash loses at most the
+last ``flush_seconds`` of counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from ams_app.backends.store import MetadataStore
+from ams_app.models import Usage, UsageBatch
+
+NS = 1_000_000_000
+log = logging.getLogger("ams")
+
+
+def day_of(ns: int) -> str:
+    return datetime.fromtimestamp(ns // NS, UTC).strftime("%Y-%m-%d")
+
+
+def _combine(stored: Usage, pending: Usage | None) -> Usage:
+    if pending is None:
+        return stored
+    newer = pending if pending.latest_ns >= stored.latest_ns else stored
+    return Usage(
+        stored.messages + pending.messages,
+        stored.bytes + pending.bytes,
+        max(stored.latest_ns, pending.latest_ns),
+        newer.rate,
+    )
+
+
+class UsageCounters:
+    def __init__(self, store: MetadataStore, flush_seconds: float) -> None:
+        self.store = store
+        self.flush_seconds = flush_seconds
+        self._batch = UsageBatch()
+        self._settled = Event()  # set while no batch is on its way to the store
+        self._settled.set()
+        self._last: dict[tuple[str, tuple[str, str]], int] = {}  # previous event time, for rates
+        self._loop: Any = gevent.spawn(self._run) if flush_seconds > 0 else None
+
+    def _add(
+        self, kind: str, rows: dict[tuple[str, str], Usage], key: tuple[str, str], n: int, size: int, now: int
+    ) -> None:
+        previous = self._last.get((kind, key))
+        if previous is None:
+            previous = self.store.usage(kind, *key).latest_ns or now - NS
+        self._last[(kind, key)] = now
+        seconds = max((now - previous) / NS, 1e-9)
+        row = rows.setdefault(key, Usage())
+        row.messages += n
+        row.bytes += size
+        row.latest_ns = max(row.latest_ns, now)
+        row.rate = n / seconds
+
+    def published(self, project_uuid: str, topic: str, messages: int, size: int, now: int) -> None:
+        self._add("topic", self._batch.topics, (project_uuid, topic), messages, size, now)
+        day = (project_uuid, topic, day_of(now))
+        self._batch.daily[day] = self._batch.daily.get(day, 0) + messages
+
+    def consumed(self, project_uuid: str, sub: str, messages: int, size: int, now: int) -> None:
+        self._add("sub", self._batch.subs, (project_uuid, sub), messages, size, now)
+
+    def usage(self, kind: str, project_uuid: str, name: str) -> Usage:
+        self._settled.wait()
+        rows = self._batch.topics if kind == "topic" else self._batch.subs
+        return _combine(self.store.usage(kind, project_uuid, name), rows.get((project_uuid, name)))
+
+    def all_usage(self, kind: str) -> list[tuple[str, str, Usage]]:
+        self._settled.wait()
+        rows = dict(self._batch.topics if kind == "topic" else self._batch.subs)
+        out = [(p, n, _combine(u, rows.pop((p, n), None))) for p, n, u in self.store.all_usage(kind)]
+        return out + [(p, n, dataclasses.replace(u)) for (p, n), u in rows.items()]
+
+    def daily_messages(self, project_uuid: str, topic: str | None, days: int) -> list[tuple[str, int]]:
+        self._settled.wait()
+        counts = dict(self.store.daily_messages(project_uuid, topic, days))
+        for (p, t, day), n in self._batch.daily.items():
+            if p == project_uuid and (topic is None or t == topic):
+                counts[day] = counts.get(day, 0) + n
+        return sorted(counts.items(), reverse=True)[:days]
+
+    def daily_totals(self, start: str, end: str) -> dict[str, int]:
+        self._settled.wait()
+        totals = self.store.daily_totals(start, end)
+        for (p, _, day), n in self._batch.daily.items():
+            if start <= day <= end:
+                totals[p] = totals.get(p, 0) + n
+        return totals
+
+    def forget(self, project_uuid: str, kind: str | None = None, name: str | None = None) -> None:
+        """Drop pending counts of a deleted topic or subscription (or of a whole project)."""
+        for k, rows in (("topic", self._batch.topics), ("sub", self._batch.subs)):
+            if kind in (None, k):
+                for key in [key for key in rows if key[0] == project_uuid and name in (None, key[1])]:
+                    del rows[key]
+                    self._last.pop((k, key), None)
+        if kind in (None, "topic"):
+            days = [day for day in self._batch.daily if day[0] == project_uuid and name in (None, day[1])]
+            for day in days:
+                del self._batch.daily[day]
+
+    def flush(self) -> None:
+        self._settled.wait()  # one batch on its way at a time
+        batch, self._batch = self._batch, UsageBatch()
+        if batch.empty():
+            return
+        self._settled.clear()
+        try:
+            self.store.add_usage(batch)
+        except Exception:
+            self._merge_back(batch)
+            raise
+        finally:
+            self._settled.set()
+
+    def _merge_back(self, batch: UsageBatch) -> None:
+        for source, target in ((batch.topics, self._batch.topics), (batch.subs, self._batch.subs)):
+            for key, usage in source.items():
+                target[key] = _combine(usage, target.get(key))
+        for day, n in batch.daily.items():
+            self._batch.daily[day] = self._batch.daily.get(day, 0) + n
+
+    def _run(self) -> None:
+        while True:
+            gevent.sleep(self.flush_seconds)
+            try:
+                self.flush()
+            except Exception:  # the store is away: the counts wait in memory for the next round
+                log.exception("usage flush failed; retrying")
+
+    def close(self) -> None:
+        if self._loop is not None:
+            self._loop.kill()
+        self.flush()
