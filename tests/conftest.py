@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import trustme
+from requests.adapters import HTTPAdapter
 
 from tests.helpers import AmsServer, Api
+from tests.openapi_check import ResponseChecker, load_document
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -82,3 +85,38 @@ def make_server(tmp_path: Path, tls_files: tuple[str, str, str]) -> Iterator[Any
     for srv in started:
         if srv.proc is not None and srv.proc.poll() is None:
             srv.kill()
+
+
+# ---------------------------------------------------------------- OpenAPI response check ----
+@pytest.fixture(scope="session", autouse=True)
+def openapi_checker() -> Iterator[ResponseChecker]:
+    """Every response the tests receive from the server (``/v1/...`` on 127.0.0.1, through
+    ``requests``, so argo-ams-library's calls too) is checked against ams_app/openapi.yaml."""
+    checker = ResponseChecker(load_document())
+    original = HTTPAdapter.send
+
+    def send(self: HTTPAdapter, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        response = original(self, request, **kwargs)
+        if not kwargs.get("stream"):
+            checker.check(
+                request.method or "",
+                request.url or "",
+                response.status_code,
+                response.headers.get("Content-Type", ""),
+                response.content,
+            )
+        return response
+
+    HTTPAdapter.send = send  # type: ignore[method-assign,assignment]
+    yield checker
+    HTTPAdapter.send = original  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _responses_match_openapi(openapi_checker: ResponseChecker) -> Iterator[None]:
+    """After each test: no response it received contradicted the OpenAPI document."""
+    yield
+    failures = openapi_checker.take()
+    if failures:
+        listed = "\n".join(f"  {failure}" for failure in failures)
+        pytest.fail(f"{len(failures)} response(s) do not match ams_app/openapi.yaml:\n{listed}", pytrace=False)
