@@ -925,3 +925,40 @@ def test_version(server: AmsServer, ams: ArgoMessagingService, api: Api) -> None
     plain = client(server, token=member(api, api.new_project(), "consumer")["token"]).version()
     assert required <= set(plain) <= required | optional, plain
     assert {k: v for k, v in plain.items()} == {k: v for k, v in admin_view.items() if k != "release"}
+
+
+# ------------------------------------------------------------------ metrics (issue 3) --------
+def test_library_metrics_calls(
+    server: AmsServer, api: Api, project: str, ams: ArgoMessagingService, topic: str
+) -> None:
+    publish_texts(ams, topic, "a", "b", "c")
+    today = utc_now()
+    operational = ams.metrics()
+    assert {m["metric"] for m in operational["metrics"]} >= {"ams_node.cpu_usage", "ams_node.memory_usage"}
+    # a three-day window: the messages are in it even if the run crosses midnight
+    report = ams.va_metrics(
+        projects=[project], start_date=today - timedelta(days=1), end_date=today + timedelta(days=1)
+    )
+    assert report["projects_metrics"]["projects"] == [
+        {
+            "project": project,
+            "message_count": 3,
+            "average_daily_messages": 1.0,
+            "topics_count": 1,
+            "subscriptions_count": 0,
+            "users_count": 0,
+        }
+    ]
+    with pytest.raises(AmsServiceException) as err:
+        ams.va_metrics(projects=["no-such-project-x"])
+    assert err.value.code == 404
+    admin = member(api, project, "project_admin")
+    usage = client(server, project, admin["token"]).usage_report(start_date=today - timedelta(days=1), end_date=today)
+    (row,) = usage["va_metrics"]["projects_metrics"]["projects"]
+    assert (row["project"], row["message_count"], row["average_daily_messages"], row["users_count"]) == (
+        project,
+        3,
+        1.5,
+        1,
+    )
+    assert usage["operational_metrics"]["metrics"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,17 @@ import requests
 
 from tests.helpers import AmsServer, Api, b64, error_of
 
-TODAY = datetime.now(UTC).strftime("%Y-%m-%d")
 ZULU_S = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def day(offset: int = 0) -> str:
+    return (datetime.now(UTC) + timedelta(days=offset)).strftime("%Y-%m-%d")
+
+
+def assert_daily(series: list[dict[str, Any]], total: int) -> None:
+    """A daily series holding ``total`` messages of today (or of yesterday, across midnight)."""
+    assert sum(point["value"] for point in series) == total
+    assert {point["timestamp"] for point in series} <= {day(-1), day()}
 
 
 def by_name(metrics: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -42,7 +51,7 @@ def test_topic_metrics(api: Api, project: str, topic: str, sub: str) -> None:
     assert value(m, "topic.number_of_subscriptions") == 1
     assert value(m, "topic.number_of_messages") == 4
     assert value(m, "topic.number_of_bytes") == sum(len(b64(x)) for x in ("a", "bb", "ccc", "dddd"))
-    assert m["topic.number_of_daily_messages"]["timeseries"] == [{"timestamp": TODAY, "value": 4}]
+    assert_daily(m["topic.number_of_daily_messages"]["timeseries"], 4)
     rate = m["topic.publishing_rate"]
     assert (rate["metric_type"], rate["value_type"]) == ("rate", "float64")
     assert rate["timeseries"][0]["value"] > 0
@@ -108,7 +117,7 @@ def test_project_metrics(api: Api, project: str, topic: str, sub: str) -> None:
     assert value(m, "project.number_of_subscriptions") == 1
     assert value(m, f"project.user.number_of_topics|{project}.{alice['name']}") == 1
     assert m[f"project.user.number_of_subscriptions|{project}.{alice['name']}"]["resource_type"] == "project.user"
-    assert m["project.number_of_daily_messages"]["timeseries"] == [{"timestamp": TODAY, "value": 2}]
+    assert_daily(m["project.number_of_daily_messages"]["timeseries"], 2)
 
 
 def test_counting_is_exact_under_concurrent_publishers_and_survives_a_restart(make_server: Any, tmp_path: Path) -> None:
@@ -137,7 +146,7 @@ def test_counting_is_exact_under_concurrent_publishers_and_survives_a_restart(ma
     srv.start()
     m = by_name(srv.api().ok("GET", path)["metrics"])
     assert value(m, "topic.number_of_messages") == expected + 1
-    assert m["topic.number_of_daily_messages"]["timeseries"] == [{"timestamp": TODAY, "value": expected + 1}]
+    assert_daily(m["topic.number_of_daily_messages"]["timeseries"], expected + 1)
 
 
 def test_metrics_follow_the_acls(api: Api, project: str, topic: str, sub: str) -> None:
@@ -169,27 +178,29 @@ def test_operational_metrics_list_this_node(make_server: Any) -> None:
 
 def test_va_metrics(api: Api, project: str, topic: str) -> None:
     api.publish(project, topic, *"abcdef")
-    report = api.ok("GET", "/metrics/va_metrics", params={"projects": project, "start_date": TODAY, "end_date": TODAY})
+    window = {"projects": project, "start_date": day(-1), "end_date": day(1)}  # 3 days, whatever the hour
+    report = api.ok("GET", "/metrics/va_metrics", params=window)
     assert report == {
         "projects_metrics": {
             "projects": [
                 {
                     "project": project,
                     "message_count": 6,
-                    "average_daily_messages": 6.0,
+                    "average_daily_messages": 2.0,
                     "topics_count": 1,
                     "subscriptions_count": 0,
                     "users_count": 0,
                 }
             ],
             "total_message_count": 6,
-            "average_daily_messages": 6.0,
+            "average_daily_messages": 2.0,
         },
         "total_users_count": 0,
         "total_topics_count": 1,
         "total_subscriptions_count": 0,
     }
-    # over three days the average is rounded up to two decimals: 6/3 = 2.0; over 7 days 0.857.. -> 0.86
+    seven = api.ok("GET", "/metrics/va_metrics", params={**window, "start_date": day(-5)})  # 6 / 7 = 0.857..
+    assert seven["projects_metrics"]["projects"][0]["average_daily_messages"] == 0.86  # rounded up
     week = api.ok(
         "GET", "/metrics/va_metrics", params={"projects": project, "start_date": "2026-01-01", "end_date": "2026-01-07"}
     )
@@ -213,7 +224,7 @@ def test_va_metrics_errors(api: Api, params: dict[str, str], code: int, message:
 def test_usage_report(server: AmsServer, api: Api, project: str, topic: str) -> None:
     api.publish(project, topic, "a", "b")
     admin = api.new_user(projects=[{"project": project, "roles": ["project_admin"]}])
-    report = api.as_(admin["token"]).ok("GET", "/users/usageReport", params={"start_date": TODAY})
+    report = api.as_(admin["token"]).ok("GET", "/users/usageReport", params={"start_date": day(-1)})
     assert [p["project"] for p in report["va_metrics"]["projects_metrics"]["projects"]] == [project]
     assert report["va_metrics"]["projects_metrics"]["projects"][0]["users_count"] == 1
     assert {m["metric"] for m in report["operational_metrics"]["metrics"]} == {
