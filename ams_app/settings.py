@@ -43,12 +43,28 @@ class Settings:
     proxy_hostname: str = ""
 
     # --- backend ---------------------------------------------------------------------------
-    #: Which backend pair to use; ``embedded`` keeps everything in SQLite under data_dir.
+    #: Which backend pair to use: ``embedded`` keeps everything in SQLite under data_dir;
+    #: ``kafka`` keeps messages in Apache Kafka and metadata in MongoDB.
     backend: str = "embedded"
     #: Where the embedded backend keeps its databases.
     data_dir: str = "/var/lib/ams"
     #: Messages older than this are removed from the embedded log (0 keeps them for ever).
     log_retention_seconds: int = 7 * 24 * 3600
+
+    #: MongoDB connection string (backend kafka); credentials may go in it (keep the file 0640).
+    mongo_uri: str = "mongodb://127.0.0.1:27017"
+    #: MongoDB database holding the metadata.
+    mongo_database: str = "argo_msg"
+    #: Kafka bootstrap servers, comma-separated host:port. Empty: discover them in ZooKeeper.
+    kafka_bootstrap_servers: str = ""
+    #: ZooKeeper ensemble, comma-separated host:port, to discover brokers (when no bootstrap list).
+    zookeeper_hosts: str = ""
+    #: ZooKeeper path under which Kafka keeps its znodes (its chroot), e.g. /kafka.
+    kafka_znode: str = ""
+    #: Replication factor of the Kafka topics AMS creates.
+    kafka_replication_factor: int = 1
+    #: Seconds a Kafka operation may take before the request fails with 503.
+    kafka_timeout_seconds: float = 30.0
 
     # --- auth ------------------------------------------------------------------------------
     #: Bootstrap key that acts as a service admin; empty disables it.
@@ -84,8 +100,12 @@ class Settings:
             raise SettingsError("port must be between 1 and 65535")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise SettingsError("tls_cert and tls_key must be given together")
-        if self.backend not in ("embedded",):
-            raise SettingsError(f"unknown backend {self.backend!r} (known: embedded)")
+        if self.backend not in ("embedded", "kafka"):
+            raise SettingsError(f"unknown backend {self.backend!r} (known: embedded, kafka)")
+        if self.backend == "kafka" and not (self.kafka_bootstrap_servers or self.zookeeper_hosts):
+            raise SettingsError("backend kafka needs kafka_bootstrap_servers or zookeeper_hosts")
+        if self.kafka_replication_factor < 1:
+            raise SettingsError("kafka_replication_factor must be at least 1")
         for name in (
             "max_connections",
             "max_pull_messages",
