@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast lint fmt bench clean
+.PHONY: venv run test test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down
 
 venv: $(VENV)/.installed
 
@@ -23,26 +23,50 @@ run: venv
 	$(BIN)/ams admin bootstrap --data-dir $(DATA)
 	$(BIN)/ams serve --data-dir $(DATA) --host $(HOST) --port $(PORT)
 
-## Run the whole test suite (a real server over a socket, the official client over HTTPS)
-test: venv
+## Run the whole test suite on both backends: starts Kafka, ZooKeeper and FerretDB first
+## (installing them on first use), then real servers over sockets, the official client over HTTPS
+test: venv services-up
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-## The quick loop: skip the slow durability and concurrency tests
+## The quick loop: the embedded backend only, without the slow tests; needs no servers
 test-fast: venv
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	AMS_TEST_BACKENDS=embedded $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: venv
-	$(BIN)/ruff check ams_app tests benchmarks
-	$(BIN)/ruff format --check ams_app tests benchmarks
+	$(BIN)/ruff check ams_app tests benchmarks tools
+	$(BIN)/ruff format --check ams_app tests benchmarks tools
 	$(BIN)/mypy
 
 fmt: venv
-	$(BIN)/ruff format ams_app tests benchmarks
-	$(BIN)/ruff check --fix ams_app tests benchmarks
+	$(BIN)/ruff format ams_app tests benchmarks tools
+	$(BIN)/ruff check --fix ams_app tests benchmarks tools
 
 ## Publish and pull throughput on this machine (numbers: docs/benchmarks.md)
 bench: venv
 	$(BIN)/python benchmarks/api_throughput.py
+
+## Kafka (ZooKeeper mode), ZooKeeper and FerretDB (MongoDB protocol) on loopback (docs/services.md)
+services-install: venv
+	$(BIN)/python tools/services.py install
+
+services-up: venv
+	$(BIN)/python tools/services.py up
+
+## Stop them; `make services-down PURGE=1` also deletes their data
+services-down: venv
+	$(BIN)/python tools/services.py down $(if $(PURGE),--purge)
+
+services-status: venv
+	$(BIN)/python tools/services.py status
+
+## NODES ams nodes (default 3) behind haproxy on https://127.0.0.1:8443; CLUSTER_BACKEND=embedded without Kafka
+NODES ?= 3
+CLUSTER_BACKEND ?= kafka
+cluster-up: venv
+	$(BIN)/python tools/services.py cluster-up --nodes $(NODES) --backend $(CLUSTER_BACKEND)
+
+cluster-down: venv
+	$(BIN)/python tools/services.py cluster-down
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -153,6 +153,8 @@ class Cursor:
     leases: list[Lease] = field(default_factory=list)
     acked: list[tuple[int, int]] = field(default_factory=list)  # [start, end) above offset
     version: int = 0
+    #: Which cursor the version belongs to, for stores that keep it apart from the subscription.
+    store_key: str = ""
 
 
 def to_doc(obj: Any) -> dict[str, Any]:
@@ -175,14 +177,22 @@ def cursor_from_doc(doc: dict[str, Any], version: int) -> Cursor:
     return Cursor(
         offset=int(doc.get("offset", 0)),
         leases=[Lease(**lease) for lease in doc.get("leases", [])],
-        acked=[(int(a), int(b)) for a, b in doc.get("acked", [])],
+        acked=[_range(a) for a in doc.get("acked", [])],
         version=version,
     )
+
+
+def _range(value: Any) -> tuple[int, int]:
+    if isinstance(value, dict):
+        return int(value["start"]), int(value["end"])
+    start, end = value  # the first embedded format: [start, end]
+    return int(start), int(end)
 
 
 def cursor_to_doc(cursor: Cursor) -> dict[str, Any]:
     return {
         "offset": cursor.offset,
         "leases": [dataclasses.asdict(lease) for lease in cursor.leases],
-        "acked": [list(a) for a in cursor.acked],
+        # objects, not pairs: FerretDB (and so the tests' MongoDB) refuses nested arrays
+        "acked": [{"start": start, "end": end} for start, end in cursor.acked],
     }

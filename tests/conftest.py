@@ -12,10 +12,20 @@ import requests
 import trustme
 from requests.adapters import HTTPAdapter
 
-from tests.helpers import AmsServer, Api
+from tests.helpers import AmsServer, Api, service_settings, services_reachable
 from tests.openapi_check import ResponseChecker, load_document
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+#: Backends the API tests run against: both, unless AMS_TEST_BACKENDS narrows it (make test-fast).
+BACKENDS = [b for b in os.environ.get("AMS_TEST_BACKENDS", "embedded,kafka").split(",") if b]
+
+
+def require_backend(backend: str) -> None:
+    """The Kafka backend needs its servers: a skip outside CI, a failure under CI=true."""
+    if backend == "kafka":
+        missing = services_reachable(service_settings())
+        if missing:
+            pytest.skip(f"kafka backend: {missing}")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -48,10 +58,14 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, s
         os.environ["REQUESTS_CA_BUNDLE"] = old
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory, tls_files: tuple[str, str, str]) -> Iterator[AmsServer]:
-    """One HTTPS server for the API tests; each test works in projects of its own."""
-    srv = AmsServer(tmp_path_factory.mktemp("ams") / "data", tls=(tls_files[0], tls_files[1])).start()
+@pytest.fixture(scope="session", params=BACKENDS)
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tls_files: tuple[str, str, str]
+) -> Iterator[AmsServer]:
+    """One HTTPS server per backend for the API tests; each test works in projects of its own."""
+    require_backend(request.param)
+    data = tmp_path_factory.mktemp(f"ams-{request.param}") / "data"
+    srv = AmsServer(data, tls=(tls_files[0], tls_files[1]), backend=request.param).start()
     yield srv
     srv.stop()
 
@@ -72,11 +86,13 @@ def make_server(tmp_path: Path, tls_files: tuple[str, str, str]) -> Iterator[Any
     """Start servers of one's own (for restarts, kills and settings); all stopped at the end."""
     started: list[AmsServer] = []
 
-    def make(data_dir: Path | None = None, tls: bool = True, **env: str) -> AmsServer:
+    def make(data_dir: Path | None = None, tls: bool = True, backend: str = "embedded", **env: str) -> AmsServer:
+        require_backend(backend)
         srv = AmsServer(
             data_dir or tmp_path / "data",
             tls=(tls_files[0], tls_files[1]) if tls else None,
             env={k.upper(): v for k, v in env.items()},
+            backend=backend,
         )
         started.append(srv)
         return srv.start()

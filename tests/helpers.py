@@ -18,6 +18,53 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def service_settings() -> dict[str, str]:
+    """Where the Kafka backend's servers are: ``AMS_TEST_*`` variables, else what
+    ``make services-up`` wrote to .cache/services/env, else its default ports."""
+    found = {
+        "AMS_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
+        "AMS_MONGO_URI": "mongodb://127.0.0.1:27018",
+        "AMS_ZOOKEEPER_HOSTS": "127.0.0.1:12181",
+        "AMS_KAFKA_ZNODE": "/ams-kafka",
+    }
+    env_file = ROOT / ".cache" / "services" / "env"
+    if env_file.exists():
+        for line in env_file.read_text().split():
+            key, _, value = line.partition("=")
+            if key in found and value:
+                found[key] = value
+    for key in found:
+        override = os.environ.get(key.replace("AMS_", "AMS_TEST_", 1))
+        if override:
+            found[key] = override
+    return found
+
+
+def services_reachable(settings: dict[str, str], timeout: float = 2.0) -> str | None:
+    """None when Kafka and the MongoDB-wire server answer on their ports; else what is missing."""
+    kafka = settings["AMS_KAFKA_BOOTSTRAP_SERVERS"].split(",")[0]
+    mongo = settings["AMS_MONGO_URI"].split("//", 1)[-1].split("/")[0].split(",")[0]
+    for name, address in (("Kafka", kafka), ("MongoDB", mongo)):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout).close()
+        except OSError as exc:
+            return f"{name} at {address}: {exc} (start the servers with: make services-up)"
+    return None
+
+
+def backend_env(backend: str) -> dict[str, str]:
+    """Settings (environment) that make a server use ``backend``, in a database of its own."""
+    if backend == "embedded":
+        return {"AMS_BACKEND": "embedded"}
+    return {
+        **service_settings(),
+        "AMS_BACKEND": "kafka",
+        "AMS_MONGO_DATABASE": unique("ams_test").replace("-", "_"),
+        "AMS_KAFKA_TIMEOUT_SECONDS": "20",
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -43,12 +90,14 @@ class AmsServer:
         tls: tuple[str, str] | None = None,
         token: str = "test-service-token",
         env: dict[str, str] | None = None,
+        backend: str = "embedded",
     ) -> None:
+        self.backend = backend
         self.data_dir = data_dir
         self.tls = tls
         self.token = token
         self.port = free_port()
-        self.env = {"AMS_PULL_WAIT_SECONDS": "2", **(env or {})}
+        self.env = {"AMS_PULL_WAIT_SECONDS": "2", **backend_env(backend), **(env or {})}
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
 

@@ -70,11 +70,8 @@ BUILD_TIME = ""
 @bp.get("/status")
 def status() -> Response:
     svc = service()
-    try:
-        svc.store.ping()
-        svc.log.ping()
-    except Exception as exc:
-        raise AmsError.unavailable("Backend is unavailable") from exc
+    if not svc.backend_healthy:  # checked in the background: a stalled backend cannot stall this
+        raise AmsError.unavailable("Backend is unavailable")
     if not svc.settings.push_enabled:
         return ok({"status": "ok", "push_functionality": "disabled"})
     return ok({"status": "ok", "push_servers": []})

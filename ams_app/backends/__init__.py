@@ -13,4 +13,21 @@ def open_backends(settings: Settings) -> tuple[MetadataStore, MessageLog]:
         from ams_app.backends.sqlite import open_embedded
 
         return open_embedded(settings)
+    if settings.backend == "kafka":
+        from ams_app.backends.kafka.log import KafkaMessageLog, discover_brokers
+        from ams_app.backends.mongo.store import MongoMetadataStore
+
+        timeout = settings.kafka_timeout_seconds
+        bootstrap = settings.kafka_bootstrap_servers or discover_brokers(
+            settings.zookeeper_hosts, settings.kafka_znode, timeout
+        )
+        store = MongoMetadataStore(settings.mongo_uri, settings.mongo_database, timeout)
+        log = KafkaMessageLog(
+            bootstrap,
+            replication_factor=settings.kafka_replication_factor,
+            retention_seconds=settings.log_retention_seconds,
+            max_message_bytes=settings.max_message_bytes,
+            timeout_seconds=timeout,
+        )
+        return store, log
     raise ValueError(f"unknown backend {settings.backend!r}")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
+import logging
 import re
 import time
 import uuid as uuidlib
@@ -11,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import gevent
 from gevent.event import Event
 
 from ams_app import auth
@@ -44,6 +47,9 @@ _BAD_DEADLINE = AmsError.invalid_argument("ackDeadlineSeconds(needs value betwee
 _BAD_PULL = AmsError.invalid_argument("Pull Parameters")
 _BAD_OFFSET = AmsError.invalid_argument("Offset")
 _SWAP_ATTEMPTS = 50
+_HEALTH_INTERVAL = 2.0
+_HEALTH_TIMEOUT = 5.0
+log = logging.getLogger("ams")
 #: Largest page size honoured (a larger one lists everything anyway).
 _MAX_PAGE_SIZE = 2**31 - 1
 _INT64 = (-(2**63), 2**63 - 1)
@@ -68,9 +74,28 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):
         self.log = log
         self.stopping = Event()
         self.usage = UsageCounters(store, settings.metrics_flush_seconds)
+        self.backend_healthy = True
+        self._health_watch = gevent.spawn(self._watch_health)
+
+    def _watch_health(self) -> None:
+        """Ping both backends every few seconds, in the background: /v1/status reads the
+        result and never waits on a slow or stalled backend itself."""
+        while not self.stopping.is_set():
+            healthy = True
+            for ping in (self.store.ping, self.log.ping):
+                try:
+                    with gevent.Timeout(_HEALTH_TIMEOUT):
+                        ping()
+                except (Exception, gevent.Timeout):
+                    healthy = False
+            if healthy != self.backend_healthy:
+                log.warning("backends are %s", "healthy again" if healthy else "unhealthy")
+            self.backend_healthy = healthy
+            self.stopping.wait(_HEALTH_INTERVAL)
 
     def close(self) -> None:
         self.stopping.set()
+        self._health_watch.kill()
         self.usage.close()
         self.store.close()
         self.log.close()
@@ -625,7 +650,9 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):
         if not low <= offset <= high:
             raise AmsError.invalid_data("Offset out of bounds")
         # a fresh cursor: pending leases and out-of-order acks are cancelled
-        self._change_cursor(project, sub.name, lambda c: (Cursor(offset=offset, version=c.version), None))
+        self._change_cursor(
+            project, sub.name, lambda c: (dataclasses.replace(c, offset=offset, leases=[], acked=[]), None)
+        )
 
     def time_to_offset(self, project: Project, name: str, when: str | None) -> int:
         sub = self.subscription(project, name)

@@ -27,11 +27,8 @@ def expiry_ns(lease: Lease) -> int:
 
 
 def _copy(cursor: Cursor) -> Cursor:
-    return Cursor(
-        offset=cursor.offset,
-        leases=[dataclasses.replace(lease) for lease in cursor.leases],
-        acked=list(cursor.acked),
-        version=cursor.version,
+    return dataclasses.replace(
+        cursor, leases=[dataclasses.replace(lease) for lease in cursor.leases], acked=list(cursor.acked)
     )
 
 

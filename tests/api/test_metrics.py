@@ -91,7 +91,7 @@ def test_subscription_metrics_count_redeliveries_and_backlog(api: Api, project: 
     api.pull(project, "s1", 2)
     time.sleep(2.1)
     got = api.pull(project, "s1", 2)  # the same two again
-    api.ack(project, "s1", [got[-1]["ackId"]])
+    assert api.ack(project, "s1", [got[-1]["ackId"]]).status_code == 200
     m = by_name(api.ok("GET", f"/projects/{project}/subscriptions/s1:metrics")["metrics"])
     assert value(m, "subscription.number_of_messages") == 4
     assert value(m, "subscription.number_of_bytes") == 4 * len(b64("a"))

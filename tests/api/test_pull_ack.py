@@ -148,9 +148,9 @@ def test_a_second_pull_gets_other_messages_while_the_first_are_leased(
     assert (texts(first), texts(second)) == (["a", "b"], ["c", "d"])
     assert api.pull(project, sub, 2) == []
     # acking the later pull first is safe: the offset waits for the earlier one
-    api.ack(project, sub, [second[-1]["ackId"]])
+    assert api.ack(project, sub, [second[-1]["ackId"]]).status_code == 200
     assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["current"] == 0
-    api.ack(project, sub, [first[-1]["ackId"]])
+    assert api.ack(project, sub, [first[-1]["ackId"]]).status_code == 200
     assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["current"] == 4
 
 
@@ -217,7 +217,7 @@ def test_malformed_ack_body(api: Api, project: str, sub: str) -> None:
 def test_offsets_and_modify_offset_replay(api: Api, project: str, topic: str, sub: str) -> None:
     api.publish(project, topic, *"abcde")
     got = api.pull(project, sub, 5)
-    api.ack(project, sub, [got[-1]["ackId"]])
+    assert api.ack(project, sub, [got[-1]["ackId"]]).status_code == 200
     path = f"/projects/{project}/subscriptions/{sub}"
     assert api.ok("GET", path + ":offsets") == {"max": 5, "min": 0, "current": 5}
     r = api.post(path + ":modifyOffset", {"offset": 2})

@@ -1,0 +1,1 @@
+"""MessageLog on Apache Kafka (confluent-kafka)."""

@@ -1,0 +1,1 @@
+"""MetadataStore on MongoDB (pymongo). Production uses MongoDB; tests use FerretDB."""

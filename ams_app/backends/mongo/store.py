@@ -1,0 +1,415 @@
+"""MetadataStore on MongoDB.
+
+Collections mirror the embedded store's tables: one document per project, user, topic,
+subscription, schema and registration (ACLs and memberships embedded as arrays), plus usage
+counters. Every change is one atomic document operation; a subscription's cursor changes only
+through a compare-and-swap on its ``version``, so many stateless nodes can serve one
+subscription without losing an ack or advancing twice. Indexes match the API's queries.
+
+A subscription's cursor changes through an insert, not an update: each version of the cursor
+is an immutable document keyed uniquely by (cursor_id, version), and moving from version v to
+v+1 is inserting v+1, which exactly one writer can do. A filtered ``update_one`` would do on
+MongoDB, but FerretDB's SQLite handler does not apply it atomically (measured: concurrent
+compare-and-swaps on one document all "succeed"), while its unique indexes hold.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import uuid as uuidlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from bson import ObjectId
+from bson.errors import InvalidId
+from pymongo import ASCENDING, DESCENDING, MongoClient
+from pymongo.collection import Collection
+from pymongo.errors import DuplicateKeyError, OperationFailure
+
+from ams_app.backends.store import InvalidPageToken, Page
+from ams_app.models import (
+    Cursor,
+    Project,
+    Registration,
+    Schema,
+    Subscription,
+    Topic,
+    Usage,
+    UsageBatch,
+    User,
+    cursor_from_doc,
+    cursor_to_doc,
+    sub_from_doc,
+    to_doc,
+    user_from_doc,
+)
+
+T = TypeVar("T")
+Doc = dict[str, Any]
+
+_INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
+    "projects": [([("uuid", ASCENDING)], True), ([("name", ASCENDING)], True)],
+    "users": [
+        ([("uuid", ASCENDING)], True),
+        ([("name", ASCENDING)], True),
+        ([("token", ASCENDING)], True),
+        ([("projects.project_uuid", ASCENDING)], False),
+    ],
+    "topics": [([("project_uuid", ASCENDING), ("name", ASCENDING)], True), ([("acl", ASCENDING)], False)],
+    "subscriptions": [
+        ([("project_uuid", ASCENDING), ("name", ASCENDING)], True),
+        ([("project_uuid", ASCENDING), ("topic", ASCENDING)], False),
+        ([("acl", ASCENDING)], False),
+    ],
+    "schemas": [([("project_uuid", ASCENDING), ("name", ASCENDING)], True), ([("uuid", ASCENDING)], True)],
+    "registrations": [([("uuid", ASCENDING)], True)],
+    "cursors": [([("cursor_id", ASCENDING), ("version", ASCENDING)], True)],
+    "usage": [([("kind", ASCENDING), ("project_uuid", ASCENDING), ("name", ASCENDING)], True)],
+    "daily_messages": [
+        ([("project_uuid", ASCENDING), ("topic", ASCENDING), ("day", ASCENDING)], True),
+        ([("day", ASCENDING)], False),
+    ],
+    "node_metrics": [([("hostname", ASCENDING)], True)],
+}
+
+
+def _duplicate(exc: OperationFailure) -> bool:
+    """A unique index refused the write: MongoDB says DuplicateKeyError (11000); FerretDB on
+    SQLite reports a failed update as a generic error carrying SQLite's constraint message."""
+    return isinstance(exc, DuplicateKeyError) or exc.code == 11000 or "UNIQUE constraint failed" in str(exc)
+
+
+def _strip(doc: Doc | None) -> Doc | None:
+    if doc is None:
+        return None
+    return {k: v for k, v in doc.items() if k not in ("_id", "cursor_id")}
+
+
+def _encode_token(oid: ObjectId) -> str:
+    return base64.urlsafe_b64encode(str(oid).encode()).decode()
+
+
+def _decode_token(token: str) -> ObjectId:
+    try:
+        return ObjectId(base64.urlsafe_b64decode(token.encode()).decode())
+    except (binascii.Error, ValueError, UnicodeDecodeError, InvalidId, TypeError) as exc:
+        raise InvalidPageToken(token) from exc
+
+
+def _schema_from(doc: Doc) -> Schema:
+    doc = dict(doc)
+    doc["schema"] = json.loads(doc.pop("raw_schema"))
+    return Schema(**doc)
+
+
+def _schema_doc(schema: Schema) -> Doc:
+    doc = to_doc(schema)
+    doc["raw_schema"] = json.dumps(doc.pop("schema"))  # JSON Schema keys ($ref, $id) are no Mongo field names
+    return doc
+
+
+class MongoMetadataStore:
+    def __init__(self, uri: str, database: str, timeout_seconds: float = 10.0) -> None:
+        ms = int(timeout_seconds * 1000)
+        self.client: MongoClient[Doc] = MongoClient(
+            uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms * 3, appname="ams"
+        )
+        self.db = self.client[database]
+        for name, indexes in _INDEXES.items():
+            for keys, unique in indexes:
+                self.db[name].create_index(keys, unique=unique)
+
+    def _c(self, name: str) -> Collection[Doc]:
+        return self.db[name]
+
+    def ping(self) -> None:
+        self.client.admin.command("ping")
+
+    def close(self) -> None:
+        self.client.close()
+
+    @staticmethod
+    def _insert(collection: Collection[Doc], doc: Doc) -> bool:
+        try:
+            collection.insert_one(doc)
+        except OperationFailure as exc:
+            if _duplicate(exc):
+                return False
+            raise
+        return True
+
+    @staticmethod
+    def _replace(collection: Collection[Doc], query: Doc, doc: Doc) -> bool:
+        """Replace one document; False when it is missing or a unique index refuses it."""
+        try:
+            return collection.replace_one(query, doc).matched_count > 0
+        except OperationFailure as exc:
+            if _duplicate(exc):
+                return False
+            raise
+
+    def _page(self, name: str, query: Doc, page_size: int, page_token: str, build: Callable[[Doc], T]) -> Page[T]:
+        collection = self._c(name)
+        total = collection.count_documents(query)
+        find = dict(query)
+        if page_token:
+            find["_id"] = {"$lte": _decode_token(page_token)}
+        cursor = collection.find(find).sort("_id", DESCENDING)
+        if page_size > 0:
+            cursor = cursor.limit(page_size + 1)
+        docs = list(cursor)
+        next_token = ""
+        if page_size > 0 and len(docs) > page_size:
+            next_token = _encode_token(docs[page_size]["_id"])
+            docs = docs[:page_size]
+        return Page([build(d) for d in docs], next_token, total)
+
+    # --- projects -------------------------------------------------------------------------
+    def create_project(self, project: Project) -> bool:
+        return self._insert(self._c("projects"), to_doc(project))
+
+    def get_project(self, *, name: str | None = None, uuid: str | None = None) -> Project | None:
+        query = {"name": name} if name is not None else {"uuid": uuid}
+        doc = _strip(self._c("projects").find_one(query))
+        return Project(**doc) if doc else None
+
+    def list_projects(self) -> list[Project]:
+        return [Project(**_strip(d) or {}) for d in self._c("projects").find().sort("_id", ASCENDING)]
+
+    def update_project(self, project: Project) -> bool:
+        return self._replace(self._c("projects"), {"uuid": project.uuid}, to_doc(project))
+
+    def delete_project(self, uuid: str) -> list[str]:
+        topics = [d["name"] for d in self._c("topics").find({"project_uuid": uuid}, {"name": 1})]
+        cursor_ids = [d["cursor_id"] for d in self._c("subscriptions").find({"project_uuid": uuid}, {"cursor_id": 1})]
+        self._c("cursors").delete_many({"cursor_id": {"$in": cursor_ids}})
+        for name in ("topics", "subscriptions", "schemas", "usage", "daily_messages"):
+            self._c(name).delete_many({"project_uuid": uuid})
+        for doc in self._c("users").find({"projects.project_uuid": uuid}):
+            kept = [m for m in doc.get("projects", []) if m.get("project_uuid") != uuid]
+            self._c("users").update_one({"_id": doc["_id"]}, {"$set": {"projects": kept}})
+        self._c("projects").delete_one({"uuid": uuid})
+        return topics
+
+    # --- users ----------------------------------------------------------------------------
+    def create_user(self, user: User) -> bool:
+        return self._insert(self._c("users"), to_doc(user))
+
+    def get_user(self, *, name: str | None = None, uuid: str | None = None, token: str | None = None) -> User | None:
+        if name is not None:
+            query = {"name": name}
+        elif uuid is not None:
+            query = {"uuid": uuid}
+        else:
+            query = {"token": token or "\0"}
+        doc = _strip(self._c("users").find_one(query))
+        return user_from_doc(doc) if doc else None
+
+    def get_users(self, uuids: list[str]) -> dict[str, User]:
+        if not uuids:
+            return {}
+        users = [user_from_doc(_strip(d) or {}) for d in self._c("users").find({"uuid": {"$in": uuids}})]
+        return {u.uuid: u for u in users}
+
+    def update_user(self, user: User) -> bool:
+        return self._replace(self._c("users"), {"uuid": user.uuid}, to_doc(user))
+
+    def delete_user(self, uuid: str) -> bool:
+        for name in ("topics", "subscriptions"):
+            self._c(name).update_many({"acl": uuid}, {"$pull": {"acl": uuid}})
+        return self._c("users").delete_one({"uuid": uuid}).deleted_count > 0
+
+    def list_users(self, project_uuid: str | None, page_size: int, page_token: str) -> Page[User]:
+        query = {} if project_uuid is None else {"projects.project_uuid": project_uuid}
+        return self._page("users", query, page_size, page_token, lambda d: user_from_doc(_strip(d) or {}))
+
+    def acl_of_user(self, user_uuid: str) -> list[tuple[str, str, str]]:
+        out = [("topic", d["project_uuid"], d["name"]) for d in self._c("topics").find({"acl": user_uuid})]
+        out += [("sub", d["project_uuid"], d["name"]) for d in self._c("subscriptions").find({"acl": user_uuid})]
+        return sorted(out, key=lambda entry: entry[2])
+
+    # --- topics ---------------------------------------------------------------------------
+    def create_topic(self, topic: Topic) -> bool:
+        return self._insert(self._c("topics"), to_doc(topic))
+
+    def get_topic(self, project_uuid: str, name: str) -> Topic | None:
+        doc = _strip(self._c("topics").find_one({"project_uuid": project_uuid, "name": name}))
+        return Topic(**doc) if doc else None
+
+    def update_topic(self, topic: Topic) -> bool:
+        return self._replace(self._c("topics"), {"project_uuid": topic.project_uuid, "name": topic.name}, to_doc(topic))
+
+    def delete_topic(self, project_uuid: str, name: str) -> bool:
+        self._c("usage").delete_one({"kind": "topic", "project_uuid": project_uuid, "name": name})
+        return self._c("topics").delete_one({"project_uuid": project_uuid, "name": name}).deleted_count > 0
+
+    def list_topics(self, project_uuid: str, acl_user: str | None, page_size: int, page_token: str) -> Page[Topic]:
+        query: Doc = {"project_uuid": project_uuid}
+        if acl_user is not None:
+            query["acl"] = acl_user
+        return self._page("topics", query, page_size, page_token, lambda d: Topic(**_strip(d) or {}))
+
+    # --- subscriptions --------------------------------------------------------------------
+    def create_subscription(self, sub: Subscription, start_offset: int) -> bool:
+        cursor_id = uuidlib.uuid4().hex
+        if not self._insert(self._c("subscriptions"), to_doc(sub) | {"cursor_id": cursor_id}):
+            return False
+        state = cursor_to_doc(Cursor(offset=start_offset))
+        self._c("cursors").insert_one({"cursor_id": cursor_id, "version": 0, "state": state})
+        return True
+
+    def get_subscription(self, project_uuid: str, name: str) -> Subscription | None:
+        doc = _strip(self._c("subscriptions").find_one({"project_uuid": project_uuid, "name": name}))
+        return sub_from_doc(doc) if doc else None
+
+    def update_subscription(self, sub: Subscription) -> bool:
+        query = {"project_uuid": sub.project_uuid, "name": sub.name}
+        return self._c("subscriptions").update_one(query, {"$set": to_doc(sub)}).matched_count > 0
+
+    def delete_subscription(self, project_uuid: str, name: str) -> bool:
+        self._c("usage").delete_one({"kind": "sub", "project_uuid": project_uuid, "name": name})
+        doc = self._c("subscriptions").find_one_and_delete({"project_uuid": project_uuid, "name": name})
+        if doc is None:
+            return False
+        self._c("cursors").delete_many({"cursor_id": doc["cursor_id"]})
+        return True
+
+    def list_subscriptions(
+        self, project_uuid: str, acl_user: str | None, page_size: int, page_token: str
+    ) -> Page[Subscription]:
+        query: Doc = {"project_uuid": project_uuid}
+        if acl_user is not None:
+            query["acl"] = acl_user
+        return self._page("subscriptions", query, page_size, page_token, lambda d: sub_from_doc(_strip(d) or {}))
+
+    def subscriptions_of_topic(self, project_uuid: str, topic: str) -> list[str]:
+        docs = self._c("subscriptions").find({"project_uuid": project_uuid, "topic": topic}, {"name": 1})
+        return [d["name"] for d in docs.sort("_id", DESCENDING)]
+
+    # --- schemas --------------------------------------------------------------------------
+    def create_schema(self, schema: Schema) -> bool:
+        return self._insert(self._c("schemas"), _schema_doc(schema))
+
+    def get_schema(self, project_uuid: str, *, name: str | None = None, uuid: str | None = None) -> Schema | None:
+        query: Doc = {"project_uuid": project_uuid}
+        query.update({"name": name} if name is not None else {"uuid": uuid})
+        doc = _strip(self._c("schemas").find_one(query))
+        return _schema_from(doc) if doc else None
+
+    def list_schemas(self, project_uuid: str) -> list[Schema]:
+        docs = self._c("schemas").find({"project_uuid": project_uuid}).sort("_id", ASCENDING)
+        return [_schema_from(_strip(d) or {}) for d in docs]
+
+    def update_schema(self, schema: Schema) -> bool:
+        return self._replace(self._c("schemas"), {"uuid": schema.uuid}, _schema_doc(schema))
+
+    def delete_schema(self, project_uuid: str, uuid: str) -> bool:
+        self._c("topics").update_many(
+            {"project_uuid": project_uuid, "schema_uuid": uuid}, {"$set": {"schema_uuid": ""}}
+        )
+        return self._c("schemas").delete_one({"project_uuid": project_uuid, "uuid": uuid}).deleted_count > 0
+
+    # --- registrations --------------------------------------------------------------------
+    def create_registration(self, registration: Registration) -> None:
+        self._c("registrations").insert_one(to_doc(registration))
+
+    def get_registration(self, uuid: str) -> Registration | None:
+        doc = _strip(self._c("registrations").find_one({"uuid": uuid}))
+        return Registration(**doc) if doc else None
+
+    def list_registrations(self, filters: dict[str, str]) -> list[Registration]:
+        docs = self._c("registrations").find(dict(filters)).sort("_id", ASCENDING)
+        return [Registration(**_strip(d) or {}) for d in docs]
+
+    def update_registration(self, registration: Registration) -> bool:
+        return self._replace(self._c("registrations"), {"uuid": registration.uuid}, to_doc(registration))
+
+    def delete_registration(self, uuid: str) -> bool:
+        return self._c("registrations").delete_one({"uuid": uuid}).deleted_count > 0
+
+    # --- usage and operational metrics ----------------------------------------------------
+    def add_usage(self, batch: UsageBatch) -> None:
+        usage = self._c("usage")
+        for kind, rows in (("topic", batch.topics), ("sub", batch.subs)):
+            for (project_uuid, name), u in rows.items():
+                key = {"kind": kind, "project_uuid": project_uuid, "name": name}
+                usage.update_one(
+                    key,
+                    {
+                        "$inc": {"messages": u.messages, "bytes": u.bytes},
+                        "$max": {"latest_ns": u.latest_ns},
+                        "$setOnInsert": {"rate": u.rate},
+                    },
+                    upsert=True,
+                )
+                # the rate of the latest event wins: set it only if ours is (still) the latest
+                usage.update_one(key | {"latest_ns": {"$lte": u.latest_ns}}, {"$set": {"rate": u.rate}})
+        for (project_uuid, topic, day), n in batch.daily.items():
+            self._c("daily_messages").update_one(
+                {"project_uuid": project_uuid, "topic": topic, "day": day}, {"$inc": {"messages": n}}, upsert=True
+            )
+
+    def usage(self, kind: str, project_uuid: str, name: str) -> Usage:
+        doc = self._c("usage").find_one({"kind": kind, "project_uuid": project_uuid, "name": name})
+        return self._usage(doc) if doc else Usage()
+
+    @staticmethod
+    def _usage(doc: Doc) -> Usage:
+        return Usage(int(doc["messages"]), int(doc["bytes"]), int(doc["latest_ns"]), float(doc["rate"]))
+
+    def all_usage(self, kind: str) -> list[tuple[str, str, Usage]]:
+        return [(d["project_uuid"], d["name"], self._usage(d)) for d in self._c("usage").find({"kind": kind})]
+
+    def daily_messages(self, project_uuid: str, topic: str | None, days: int) -> list[tuple[str, int]]:
+        query: Doc = {"project_uuid": project_uuid}
+        if topic is not None:
+            query["topic"] = topic
+        counts: dict[str, int] = {}
+        for doc in self._c("daily_messages").find(query):
+            counts[doc["day"]] = counts.get(doc["day"], 0) + int(doc["messages"])
+        return sorted(counts.items(), reverse=True)[:days]
+
+    def daily_totals(self, start: str, end: str) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for doc in self._c("daily_messages").find({"day": {"$gte": start, "$lte": end}}):
+            totals[doc["project_uuid"]] = totals.get(doc["project_uuid"], 0) + int(doc["messages"])
+        return totals
+
+    def created_between(self, project_uuid: str, start_ns: int, end_ns: int) -> tuple[int, int, int]:
+        window = {"created_on": {"$gte": start_ns, "$lte": end_ns}}
+        topics = self._c("topics").count_documents({"project_uuid": project_uuid} | window)
+        subs = self._c("subscriptions").count_documents({"project_uuid": project_uuid} | window)
+        users = self._c("users").count_documents({"projects.project_uuid": project_uuid} | window)
+        return topics, subs, users
+
+    def put_node_metrics(self, hostname: str, cpu: float, memory: float) -> None:
+        self._c("node_metrics").update_one(
+            {"hostname": hostname}, {"$set": {"cpu": cpu, "memory": memory}}, upsert=True
+        )
+
+    def node_metrics(self) -> list[tuple[str, float, float]]:
+        docs = self._c("node_metrics").find().sort("hostname", ASCENDING)
+        return [(d["hostname"], float(d["cpu"]), float(d["memory"])) for d in docs]
+
+    # --- cursors --------------------------------------------------------------------------
+    def get_cursor(self, project_uuid: str, name: str) -> Cursor | None:
+        sub = self._c("subscriptions").find_one({"project_uuid": project_uuid, "name": name}, {"cursor_id": 1})
+        if sub is None:
+            return None
+        latest = self._c("cursors").find_one({"cursor_id": sub["cursor_id"]}, sort=[("version", DESCENDING)])
+        if latest is None:
+            return None
+        cursor = cursor_from_doc(latest["state"], int(latest["version"]))
+        cursor.store_key = sub["cursor_id"]
+        return cursor
+
+    def swap_cursor(self, project_uuid: str, name: str, cursor: Cursor) -> bool:
+        version = cursor.version + 1
+        doc = {"cursor_id": cursor.store_key, "version": version, "state": cursor_to_doc(cursor)}
+        if not self._insert(self._c("cursors"), doc):
+            return False  # another writer made this version first
+        # old versions are history nobody reads: keep a few, drop the rest
+        self._c("cursors").delete_many({"cursor_id": cursor.store_key, "version": {"$lt": version - 8}})
+        return True

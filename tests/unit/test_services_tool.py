@@ -1,0 +1,206 @@
+"""tools/services.py: the configuration it renders (no server is started here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers import ROOT
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _load() -> ModuleType:
+    name = "ams_tools_services"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "services.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+svc = _load()
+
+
+def _properties(text: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+@pytest.fixture(scope="module")
+def haproxy() -> str:
+    """The haproxy binary; under CI=true it is installed (apt) when missing, as `install` would."""
+    found = svc._which("haproxy")
+    if found is None and IN_CI:
+        svc.install_apt(["haproxy", "openssl"])
+        found = svc._which("haproxy")
+    if found is None:
+        pytest.skip("haproxy is not installed (python tools/services.py install)")
+    return str(found)
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory: pytest.TempPathFactory, haproxy: str) -> Any:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    return svc.make_tls(tmp_path_factory.mktemp("tls"))
+
+
+def test_ports_default_and_env() -> None:
+    assert svc.Ports.from_env({}) == svc.Ports(12181, 19092, 27018)
+    ports = svc.Ports.from_env({"AMS_SVC_ZK_PORT": "2181", "AMS_SVC_KAFKA_PORT": "9092", "AMS_SVC_MONGO_PORT": "27017"})
+    assert ports == svc.Ports(2181, 9092, 27017)
+    with pytest.raises(svc.ServiceError):
+        svc.Ports.from_env({"AMS_SVC_KAFKA_PORT": "nine"})
+    with pytest.raises(svc.ServiceError):
+        svc.Ports.from_env({"AMS_SVC_KAFKA_PORT": "12181"})
+
+
+def test_connection_env() -> None:
+    assert svc.connection_env(svc.Ports()) == {
+        "AMS_KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
+        "AMS_MONGO_URI": "mongodb://127.0.0.1:27018",
+        "AMS_ZOOKEEPER_HOSTS": "127.0.0.1:12181",
+        "AMS_KAFKA_ZNODE": "/ams-kafka",
+    }
+
+
+def test_zoo_cfg(tmp_path: Path) -> None:
+    cfg = _properties(svc.render_zoo_cfg(tmp_path / "zk", 12181))
+    assert cfg["dataDir"] == str(tmp_path / "zk")
+    assert cfg["clientPort"] == "12181"
+    assert cfg["clientPortAddress"] == "127.0.0.1"
+    assert cfg["admin.enableServer"] == "false"
+    assert cfg["4lw.commands.whitelist"] == "ruok,srvr"
+    assert cfg["tickTime"] == "2000"
+
+
+def test_server_properties(tmp_path: Path) -> None:
+    props = _properties(svc.render_server_properties(tmp_path / "kafka", 19092, 12181))
+    assert props["broker.id"] == "0"
+    assert props["listeners"] == props["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19092"
+    assert props["log.dirs"] == str(tmp_path / "kafka")
+    assert props["zookeeper.connect"] == "127.0.0.1:12181/ams-kafka"
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["group.initial.rebalance.delay.ms"] == "0"
+    for key in ("offsets.topic.replication.factor", "transaction.state.log.replication.factor", "num.partitions"):
+        assert props[key] == "1"
+
+
+def test_pom_names_kafka_and_a_log_binding() -> None:
+    pom = svc.render_pom()
+    assert f"<artifactId>kafka_{svc.SCALA_VERSION}</artifactId><version>{svc.KAFKA_VERSION}</version>" in pom
+    assert "<artifactId>slf4j-reload4j</artifactId>" in pom
+
+
+def test_node_settings_load_as_ams_settings(tmp_path: Path) -> None:
+    from ams_app.settings import load_settings
+
+    mapping = svc.node_settings(
+        2, backend="kafka", token="tok", database="ams_test_x", data_dir=tmp_path, ports=svc.Ports()
+    )
+    path = tmp_path / "node2.yml"
+    path.write_text(svc.render_node_settings(mapping))
+    assert yaml.safe_load(path.read_text()) == mapping
+    settings = load_settings(path, environ={})
+    assert (settings.host, settings.port, settings.node_name) == ("127.0.0.1", 18082, "node2")
+    assert settings.backend == "kafka"
+    assert settings.mongo_uri == "mongodb://127.0.0.1:27018"
+    assert settings.mongo_database == "ams_test_x"
+    assert settings.kafka_bootstrap_servers == "127.0.0.1:19092"
+    assert settings.service_token == "tok"
+    assert settings.pull_wait_seconds == 10
+    assert settings.kafka_replication_factor == 1
+
+
+def _haproxy_cfg(tmp_path: Path, pem: Path, nodes: int = 3) -> str:
+    return str(
+        svc.render_haproxy_cfg(
+            [(f"node{n}", svc.node_port(n)) for n in range(1, nodes + 1)],
+            bind_port=8443,
+            pem=pem,
+            stats_socket=tmp_path / "haproxy.sock",
+            pid_file=tmp_path / "haproxy.pid",
+        )
+    )
+
+
+def test_haproxy_cfg_content(tmp_path: Path) -> None:
+    cfg = _haproxy_cfg(tmp_path, tmp_path / "haproxy.pem")
+    lines = [line.strip() for line in cfg.splitlines()]
+    assert f"bind 127.0.0.1:8443 ssl crt {tmp_path / 'haproxy.pem'}" in lines
+    assert "balance roundrobin" in lines
+    assert "option httpchk GET /v1/status" in lines
+    assert "http-check expect status 200" in lines
+    assert "option redispatch" in lines
+    assert "retries 3" in lines
+    assert "retry-on conn-failure" in lines  # only what cannot have reached a node: a POST is never sent twice
+    for timeout in ("timeout connect 2s", "timeout client 60s", "timeout server 60s"):
+        assert timeout in lines
+    assert f"stats socket {tmp_path / 'haproxy.sock'} mode 600 level admin" in lines
+    servers = [line for line in lines if line.startswith("server ")]
+    assert servers == [f"server node{n} 127.0.0.1:{18080 + n} check inter 1s fall 2 rise 1" for n in (1, 2, 3)]
+    with pytest.raises(ValueError, match="at least one node"):
+        svc.render_haproxy_cfg([], bind_port=8443, pem=tmp_path, stats_socket=tmp_path, pid_file=tmp_path)
+
+
+def test_haproxy_accepts_the_config(tmp_path: Path, haproxy: str, tls: Any) -> None:
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text(_haproxy_cfg(tmp_path, tls.combined))
+    done = subprocess.run([haproxy, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    svc.check_haproxy_cfg(cfg)
+    cfg.write_text(cfg.read_text().replace("balance roundrobin", "balance nonsense"))
+    with pytest.raises(svc.ServiceError, match="haproxy -c"):
+        svc.check_haproxy_cfg(cfg)
+
+
+def test_the_test_ca_signs_a_server_cert_for_loopback(tls: Any) -> None:
+    import ssl
+
+    files = tls
+    context = ssl.create_default_context(cafile=str(files.ca))
+    context.load_cert_chain(str(files.combined))
+    text = subprocess.run(
+        ["openssl", "x509", "-noout", "-text", "-in", str(files.cert)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    ).stdout
+    assert "IP Address:127.0.0.1" in text
+    assert "DNS:localhost" in text
+    verify = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(files.ca), str(files.cert)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert oct(files.combined.stat().st_mode & 0o777) == "0o600"
+    assert svc.make_tls(files.ca.parent) == files  # made once
+
+
+def test_parse_haproxy_stat() -> None:
+    text = (
+        "# pxname,svname,qcur,status,\n"
+        "ams_https,FRONTEND,,OPEN,\n"
+        "ams_nodes,node1,0,UP,\n"
+        "ams_nodes,node2,0,DOWN,\n"
+        "ams_nodes,BACKEND,0,UP,\n"
+    )
+    assert svc.parse_haproxy_stat(text) == {"node1": "UP", "node2": "DOWN"}

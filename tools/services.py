@@ -1,0 +1,1385 @@
+#!/usr/bin/env python3
+"""Install and run the servers the kafka backend needs, on loopback, for tests and development.
+
+    python tools/services.py install       # apt packages, Kafka jars, the FerretDB binary (idempotent)
+    python tools/services.py up            # ZooKeeper, Kafka and FerretDB (MongoDB wire protocol) in the background
+    python tools/services.py status
+    python tools/services.py down [--purge]
+    python tools/services.py cluster-up [--nodes 3] [--backend kafka|embedded]
+    python tools/services.py cluster-down
+
+Everything lives under ``.cache/`` of the checkout (see docs/services.md). The module is importable
+from tests: ``start_services()``, ``stop_services()``, ``start_cluster()``, ``stop_cluster()``,
+``kill_node()``, ``stop_node()``, ``start_node()``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import fcntl
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+# --- versions -------------------------------------------------------------------------------
+KAFKA_VERSION = "3.9.1"
+SCALA_VERSION = "2.13"
+SLF4J_VERSION = "1.7.36"  # the slf4j-api Kafka 3.9 uses; its reload4j binding gives the broker a log
+DEPENDENCY_PLUGIN_VERSION = "3.6.1"
+FERRETDB_MODULE = "github.com/FerretDB/FerretDB"
+FERRETDB_VERSION = "v1.24.0"
+#: Debian packages, each with the file that shows it is installed.
+APT_PACKAGES: dict[str, str] = {
+    "zookeeper": "/usr/share/java/zookeeper.jar",
+    "haproxy": "haproxy",
+    "openssl": "openssl",
+}
+
+# --- ports and names ------------------------------------------------------------------------
+HOST = "127.0.0.1"
+DEFAULT_ZK_PORT = 12181
+DEFAULT_KAFKA_PORT = 19092
+DEFAULT_MONGO_PORT = 27018
+KAFKA_ZNODE = "/ams-kafka"
+CLUSTER_PORT = 8443
+NODE_BASE_PORT = 18081  # node N listens on NODE_BASE_PORT + N - 1
+MAX_NODES = 9
+DEFAULT_NODES = 3
+CLUSTER_DATABASE = "ams_cluster"
+#: FerretDB logs each command it lacks at warn (pymongo's endSessions on every close, among others).
+FERRETDB_LOG_LEVEL = os.environ.get("AMS_SVC_FERRETDB_LOG_LEVEL", "warn")
+
+# --- places ---------------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache"
+KAFKA_HOME = CACHE / f"kafka-{KAFKA_VERSION}"
+KAFKA_LIB = KAFKA_HOME / "lib"
+BIN_DIR = CACHE / "bin"
+FERRETDB_BIN = BIN_DIR / "ferretdb"
+SERVICES_DIR = CACHE / "services"
+ENV_FILE = SERVICES_DIR / "env"
+CLUSTER_DIR = CACHE / "cluster"
+TLS_DIR = CLUSTER_DIR / "tls"
+TOKEN_FILE = CLUSTER_DIR / "token"
+VENV_BIN = ROOT / ".venv" / "bin"
+ZOOKEEPER_JAR = Path(APT_PACKAGES["zookeeper"])
+
+# --- bounds ---------------------------------------------------------------------------------
+READY_TIMEOUT = {"zookeeper": 45.0, "kafka": 90.0, "ferretdb": 45.0}
+STOP_TIMEOUT = {"zookeeper": 15.0, "kafka": 40.0, "ferretdb": 15.0}
+NODE_READY_TIMEOUT = 60.0
+NODE_STOP_TIMEOUT = 25.0  # above the node's shutdown_timeout (15 s)
+LB_READY_TIMEOUT = 30.0
+APT_TIMEOUT = 900.0
+BUILD_TIMEOUT = 900.0
+LOG_TAIL_LINES = 40
+
+
+class ServiceError(RuntimeError):
+    """A server could not be installed, started or stopped; the message says why."""
+
+
+def say(message: str) -> None:
+    print(f"services: {message}", file=sys.stderr, flush=True)
+
+
+# ============================================================================================
+# configuration (pure: rendered text, tested in tests/unit/test_services_tool.py)
+# ============================================================================================
+@dataclass(frozen=True)
+class Ports:
+    zookeeper: int = DEFAULT_ZK_PORT
+    kafka: int = DEFAULT_KAFKA_PORT
+    mongo: int = DEFAULT_MONGO_PORT
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Ports:
+        env = os.environ if env is None else env
+
+        def port(name: str, default: int) -> int:
+            text = env.get(name, "").strip()
+            if not text:
+                return default
+            if not text.isdigit() or not 0 < int(text) < 65536:
+                raise ServiceError(f"{name}={text!r} is not a TCP port")
+            return int(text)
+
+        ports = cls(
+            zookeeper=port("AMS_SVC_ZK_PORT", DEFAULT_ZK_PORT),
+            kafka=port("AMS_SVC_KAFKA_PORT", DEFAULT_KAFKA_PORT),
+            mongo=port("AMS_SVC_MONGO_PORT", DEFAULT_MONGO_PORT),
+        )
+        if len({ports.zookeeper, ports.kafka, ports.mongo}) != 3:
+            raise ServiceError(f"the service ports must differ: {ports}")
+        return ports
+
+
+def connection_env(ports: Ports) -> dict[str, str]:
+    """The settings an ``ams`` process (or a test) needs to reach the services."""
+    return {
+        "AMS_KAFKA_BOOTSTRAP_SERVERS": f"{HOST}:{ports.kafka}",
+        "AMS_MONGO_URI": f"mongodb://{HOST}:{ports.mongo}",
+        "AMS_ZOOKEEPER_HOSTS": f"{HOST}:{ports.zookeeper}",
+        "AMS_KAFKA_ZNODE": KAFKA_ZNODE,
+    }
+
+
+def render_zoo_cfg(data_dir: Path, port: int) -> str:
+    return "\n".join(
+        [
+            "# Written by tools/services.py: a standalone ZooKeeper on loopback for tests.",
+            "tickTime=2000",
+            "initLimit=10",
+            "syncLimit=5",
+            f"dataDir={data_dir}",
+            f"clientPort={port}",
+            f"clientPortAddress={HOST}",
+            "maxClientCnxns=0",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=ruok,srvr",
+            "autopurge.snapRetainCount=3",
+            "autopurge.purgeInterval=1",
+            "",
+        ]
+    )
+
+
+def render_server_properties(
+    log_dir: Path, kafka_port: int, zk_port: int, znode: str = KAFKA_ZNODE, broker_id: int = 0
+) -> str:
+    return "\n".join(
+        [
+            "# Written by tools/services.py: one Kafka broker (ZooKeeper mode) on loopback for tests.",
+            f"broker.id={broker_id}",
+            f"listeners=PLAINTEXT://{HOST}:{kafka_port}",
+            f"advertised.listeners=PLAINTEXT://{HOST}:{kafka_port}",
+            f"log.dirs={log_dir}",
+            f"zookeeper.connect={HOST}:{zk_port}{znode}",
+            "zookeeper.connection.timeout.ms=30000",
+            "num.partitions=1",
+            "default.replication.factor=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "auto.create.topics.enable=false",
+            "delete.topic.enable=true",
+            "group.initial.rebalance.delay.ms=0",
+            "log.retention.check.interval.ms=60000",
+            "",
+        ]
+    )
+
+
+def render_log4j(extra: Mapping[str, str] | None = None) -> str:
+    """log4j 1 (reload4j) settings: warnings to stdout, which the tool sends to the service's log."""
+    lines = [
+        "log4j.rootLogger=WARN, stdout",
+        "log4j.appender.stdout=org.apache.log4j.ConsoleAppender",
+        "log4j.appender.stdout.layout=org.apache.log4j.PatternLayout",
+        "log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n",
+    ]
+    lines += [f"log4j.logger.{name}={level}" for name, level in (extra or {}).items()]
+    return "\n".join(lines) + "\n"
+
+
+def render_pom() -> str:
+    deps = [
+        ("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION),
+        ("org.slf4j", "slf4j-reload4j", SLF4J_VERSION),
+    ]
+    dependencies = "\n".join(
+        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+        for g, a, v in deps
+    )
+    return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <!-- Written by tools/services.py: the jars of a Kafka {KAFKA_VERSION} broker. -->
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>ams-app.tools</groupId>
+  <artifactId>kafka-broker</artifactId>
+  <version>{KAFKA_VERSION}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{dependencies}
+  </dependencies>
+  <build>
+    <plugins>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-dependency-plugin</artifactId>
+        <version>{DEPENDENCY_PLUGIN_VERSION}</version>
+      </plugin>
+    </plugins>
+  </build>
+</project>
+"""
+
+
+def node_port(n: int) -> int:
+    return NODE_BASE_PORT + n - 1
+
+
+def node_settings(
+    n: int,
+    *,
+    backend: str,
+    token: str,
+    database: str,
+    data_dir: Path,
+    ports: Ports,
+) -> dict[str, object]:
+    """The settings file of cluster node ``n`` (1-based), as a mapping."""
+    conn = connection_env(ports)
+    return {
+        "backend": backend,
+        "host": HOST,
+        "port": node_port(n),
+        "node_name": f"node{n}",
+        "mongo_uri": conn["AMS_MONGO_URI"],
+        "mongo_database": database,
+        "kafka_bootstrap_servers": conn["AMS_KAFKA_BOOTSTRAP_SERVERS"],
+        "zookeeper_hosts": conn["AMS_ZOOKEEPER_HOSTS"],
+        "kafka_znode": conn["AMS_KAFKA_ZNODE"],
+        "kafka_replication_factor": 1,
+        "data_dir": str(data_dir),
+        "service_token": token,
+        "pull_wait_seconds": 10,
+    }
+
+
+def render_node_settings(settings: Mapping[str, object]) -> str:
+    import yaml  # PyYAML is in requirements.txt; imported here so the pure parts need only the stdlib
+
+    header = "# Written by tools/services.py (cluster-up): one AMS node behind the local haproxy.\n"
+    return header + yaml.safe_dump(dict(settings), sort_keys=False, default_flow_style=False)
+
+
+def render_haproxy_cfg(
+    nodes: Sequence[tuple[str, int]],
+    *,
+    bind_port: int,
+    pem: Path,
+    stats_socket: Path,
+    pid_file: Path,
+) -> str:
+    """HTTPS on loopback in front of the nodes, round robin, with health checks and retries."""
+    if not nodes:
+        raise ValueError("haproxy needs at least one node")
+    servers = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port in nodes)
+    return f"""# Written by tools/services.py (cluster-up). Validate with: haproxy -c -f THIS_FILE
+global
+    maxconn 4096
+    pidfile {pid_file}
+    stats socket {stats_socket} mode 600 level admin
+    stats timeout 10s
+    ssl-default-bind-options ssl-min-ver TLSv1.2
+    tune.ssl.default-dh-param 2048
+
+defaults
+    mode http
+    option redispatch
+    retries 3
+    retry-on conn-failure
+    timeout connect 2s
+    timeout client 60s
+    timeout server 60s
+    timeout http-request 10s
+    timeout http-keep-alive 10s
+    timeout queue 10s
+    timeout check 2s
+
+frontend ams_https
+    bind {HOST}:{bind_port} ssl crt {pem}
+    option forwardfor
+    http-request set-header X-Forwarded-Proto https
+    default_backend ams_nodes
+
+backend ams_nodes
+    balance roundrobin
+    option httpchk GET /v1/status
+    http-check expect status 200
+{servers}
+"""
+
+
+def parse_haproxy_stat(csv_text: str, backend: str = "ams_nodes") -> dict[str, str]:
+    """``show stat`` CSV of the stats socket -> {server name: status} of one backend."""
+    text = csv_text.lstrip("# ")
+    states: dict[str, str] = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        if row.get("pxname") == backend and row.get("svname") not in ("FRONTEND", "BACKEND"):
+            states[row["svname"]] = row.get("status", "")
+    return states
+
+
+# ============================================================================================
+# processes
+# ============================================================================================
+def _read_pid(pid_file: Path) -> int | None:
+    try:
+        text = pid_file.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _reap(pid: int) -> None:
+    """Collect a dead child of this process (a test that started the service), if it is one."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _alive(pid: int, marker: str) -> bool:
+    """Whether ``pid`` runs and its command line holds ``marker`` (so a reused pid is not ours)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+        # a dead thread-group leader whose other threads still exit still holds its sockets
+        with contextlib.suppress(OSError):
+            if len(os.listdir(f"/proc/{pid}/task")) > 1:
+                return True
+        _reap(pid)
+        return False
+    return marker in cmdline
+
+
+def _running(pid_file: Path, marker: str) -> int | None:
+    pid = _read_pid(pid_file)
+    return pid if pid is not None and _alive(pid, marker) else None
+
+
+def _spawn(
+    argv: Sequence[str], *, log: Path, pid_file: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> int:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} started by tools/services.py\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd or log.parent,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,  # a Ctrl-C in the terminal that ran `up` does not reach it
+            close_fds=True,
+        )
+    pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _wait_gone(pid: int, marker: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid, marker):
+            return True
+        time.sleep(0.1)
+    return not _alive(pid, marker)
+
+
+def _terminate(name: str, pid_file: Path, marker: str, timeout: float) -> bool:
+    """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns whether something was running."""
+    pid = _running(pid_file, marker)
+    if pid is None:
+        pid_file.unlink(missing_ok=True)
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not _wait_gone(pid, marker, timeout):
+        say(f"{name} (pid {pid}) still running {timeout:.0f}s after SIGTERM: SIGKILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, marker, 10.0)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def _kill(pid_file: Path, marker: str) -> bool:
+    pid = _running(pid_file, marker)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, marker, 10.0)
+    pid_file.unlink(missing_ok=True)
+    return pid is not None
+
+
+def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def _port_open(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _wait_until(
+    what: str, ready: Callable[[], bool], *, timeout: float, pid: int, marker: str, log: Path, interval: float = 0.25
+) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if not _alive(pid, marker):
+            raise ServiceError(f"{what} (pid {pid}) exited while starting; last lines of {log}:\n{_tail(log)}")
+        try:
+            if ready():
+                return
+        except Exception:  # a probe that fails just means "not yet"
+            pass
+        if time.monotonic() > deadline:
+            raise ServiceError(f"{what} (pid {pid}) not ready after {timeout:.0f}s; last lines of {log}:\n{_tail(log)}")
+        time.sleep(interval)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """One tools/services.py at a time per directory (two test sessions starting services at once)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as f:
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ServiceError(f"{directory}/.lock held by another process for 300s") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run(argv: Sequence[str], *, timeout: float, what: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+    try:
+        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]
+    except subprocess.TimeoutExpired as exc:
+        raise ServiceError(f"{what}: no result after {timeout:.0f}s ({' '.join(argv)})") from exc
+    except FileNotFoundError as exc:
+        raise ServiceError(f"{what}: {argv[0]} not found") from exc
+    if done.returncode != 0:
+        out = (done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:]
+        raise ServiceError(f"{what} failed (exit {done.returncode}): {' '.join(argv)}\n" + "\n".join(out))
+    return done  # type: ignore[no-any-return]
+
+
+# ============================================================================================
+# install
+# ============================================================================================
+def _present(probe: str) -> bool:
+    return Path(probe).exists() if probe.startswith("/") else _which(probe) is not None
+
+
+def _which(command: str) -> str | None:
+    path = os.environ.get("PATH", "") + os.pathsep + os.pathsep.join(["/usr/sbin", "/sbin", "/usr/local/go/bin"])
+    return shutil.which(command, path=path)
+
+
+def missing_apt_packages(wanted: Mapping[str, str] | None = None) -> list[str]:
+    wanted = APT_PACKAGES if wanted is None else wanted
+    missing = [pkg for pkg, probe in wanted.items() if not _present(probe)]
+    if _which("java") is None:
+        missing.append("default-jre-headless")
+    if _which("mvn") is None and not _kafka_installed():
+        missing.append("maven")
+    return missing
+
+
+def install_apt(packages: Sequence[str]) -> None:
+    """apt-get update once, then install ``packages`` without starting their daemons."""
+    if not packages:
+        return
+    if os.geteuid() != 0:
+        raise ServiceError(f"missing packages {' '.join(packages)}: run as root, or apt-get install them yourself")
+    say(f"apt-get install {' '.join(packages)}")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    # Debian starts a packaged daemon (haproxy) on install unless policy-rc.d says no; we run our own.
+    policy = Path("/usr/sbin/policy-rc.d")
+    added_policy = not policy.exists()
+    if added_policy:
+        policy.write_text("#!/bin/sh\n# temporary, tools/services.py: do not start daemons on install\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        _run(["apt-get", "update"], timeout=APT_TIMEOUT, what="apt-get update", env=env)
+        _run(
+            ["apt-get", "install", "-y", "--no-install-recommends", *packages],
+            timeout=APT_TIMEOUT,
+            what="apt-get install",
+            env=env,
+        )
+    finally:
+        if added_policy:
+            policy.unlink(missing_ok=True)
+
+
+def _kafka_marker() -> Path:
+    return KAFKA_HOME / ".installed"
+
+
+def _kafka_installed() -> bool:
+    marker = _kafka_marker()
+    return marker.exists() and marker.read_text() == render_pom() and any(KAFKA_LIB.glob("kafka_*.jar"))
+
+
+def install_kafka() -> None:
+    """The broker's jars (and a log4j binding) from Maven Central into .cache/kafka-VERSION/lib."""
+    if _kafka_installed():
+        return
+    mvn = _which("mvn")
+    if mvn is None:
+        raise ServiceError("mvn not found (apt-get install maven)")
+    say(f"downloading Kafka {KAFKA_VERSION} jars with Maven into {KAFKA_LIB}")
+    KAFKA_HOME.mkdir(parents=True, exist_ok=True)
+    (KAFKA_HOME / "pom.xml").write_text(render_pom())
+    staging = KAFKA_HOME / "lib.tmp"
+    shutil.rmtree(staging, ignore_errors=True)
+    _run(
+        [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(KAFKA_HOME / "pom.xml"),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={staging}",
+            "-DincludeScope=runtime",
+        ],
+        timeout=BUILD_TIMEOUT,
+        what="mvn dependency:copy-dependencies",
+        cwd=KAFKA_HOME,
+    )
+    if not any(staging.glob("kafka_*.jar")) or not any(staging.glob("reload4j-*.jar")):
+        raise ServiceError(f"Maven finished but {staging} lacks the Kafka or reload4j jars")
+    shutil.rmtree(KAFKA_LIB, ignore_errors=True)
+    staging.rename(KAFKA_LIB)
+    _kafka_marker().write_text(render_pom())
+
+
+def _ferretdb_marker() -> Path:
+    return BIN_DIR / "ferretdb.version"
+
+
+def _ferretdb_installed() -> bool:
+    marker = _ferretdb_marker()
+    return FERRETDB_BIN.exists() and marker.exists() and marker.read_text().strip() == FERRETDB_VERSION
+
+
+def install_ferretdb() -> None:
+    """Build FerretDB from its Go module (``go install mod@version`` needs the version list, which the
+    proxy here refuses; ``go mod download mod@version`` works)."""
+    if _ferretdb_installed():
+        return
+    go = _which("go")
+    if go is None:
+        raise ServiceError("go not found: FerretDB is built from source and needs Go >= 1.22")
+    say(f"building FerretDB {FERRETDB_VERSION} into {FERRETDB_BIN} (about a minute and a half the first time)")
+    env = {**os.environ, "GOFLAGS": "-buildvcs=false", "CGO_ENABLED": "0"}
+    done = _run(
+        [go, "mod", "download", "-json", f"{FERRETDB_MODULE}@{FERRETDB_VERSION}"],
+        timeout=BUILD_TIMEOUT,
+        what="go mod download",
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
+    module_dir = Path(json.loads(done.stdout)["Dir"])
+    src = CACHE / "src" / f"ferretdb-{FERRETDB_VERSION}"
+    shutil.rmtree(src, ignore_errors=True)
+    src.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(module_dir, src)
+    for path in [src, *src.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(path.stat().st_mode | 0o200)
+    (src / "build" / "version").mkdir(parents=True, exist_ok=True)
+    (src / "build" / "version" / "version.txt").write_text(FERRETDB_VERSION)
+    BIN_DIR.mkdir(parents=True, exist_ok=True)
+    staging = BIN_DIR / "ferretdb.tmp"
+    _run(
+        [go, "build", "-trimpath", "-o", str(staging), "./cmd/ferretdb"],
+        timeout=BUILD_TIMEOUT,
+        what="go build ferretdb",
+        env=env,
+        cwd=src,
+    )
+    staging.rename(FERRETDB_BIN)
+    _ferretdb_marker().write_text(FERRETDB_VERSION + "\n")
+    shutil.rmtree(src, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        src.parent.rmdir()
+
+
+def install() -> None:
+    """Everything ``up`` and ``cluster-up`` need; fast when it is all there."""
+    install_apt(missing_apt_packages())
+    install_kafka()
+    install_ferretdb()
+
+
+# ============================================================================================
+# services: ZooKeeper, Kafka, FerretDB
+# ============================================================================================
+@dataclass(frozen=True)
+class Service:
+    name: str
+    marker: str  # a piece of the command line that identifies the process
+
+    @property
+    def dir(self) -> Path:
+        return SERVICES_DIR / self.name
+
+    @property
+    def data(self) -> Path:
+        return self.dir / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / f"{self.name}.log"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / f"{self.name}.pid"
+
+    def pid(self) -> int | None:
+        return _running(self.pid_file, self.marker)
+
+
+ZOOKEEPER = Service("zookeeper", "org.apache.zookeeper.server.quorum.QuorumPeerMain")
+KAFKA = Service("kafka", "kafka.Kafka")
+FERRETDB = Service("ferretdb", str(FERRETDB_BIN))
+SERVICES = (ZOOKEEPER, KAFKA, FERRETDB)
+
+
+def _java() -> str:
+    java = _which("java")
+    if java is None:
+        raise ServiceError("java not found (apt-get install default-jre-headless)")
+    return java
+
+
+def _log4j_jars() -> list[str]:
+    return sorted(str(p) for p in KAFKA_LIB.glob("*reload4j*.jar"))
+
+
+def _zookeeper_argv(ports: Ports) -> list[str]:
+    conf = ZOOKEEPER.dir / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "zoo.cfg").write_text(render_zoo_cfg(ZOOKEEPER.data, ports.zookeeper))
+    log4j = {"org.apache.zookeeper.server.ZooKeeperServer": "INFO"}
+    (conf / "log4j.properties").write_text(render_log4j(log4j))
+    classpath = os.pathsep.join([str(ZOOKEEPER_JAR), *_log4j_jars(), str(conf)])
+    return [
+        _java(),
+        "-Xmx256m",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
+        f"-Dzookeeper.log.dir={ZOOKEEPER.dir}",
+        "-cp",
+        classpath,
+        ZOOKEEPER.marker,
+        str(conf / "zoo.cfg"),
+    ]
+
+
+def _kafka_argv(ports: Ports) -> list[str]:
+    conf = KAFKA.dir / "conf"
+    conf.mkdir(parents=True, exist_ok=True)
+    (conf / "server.properties").write_text(render_server_properties(KAFKA.data, ports.kafka, ports.zookeeper))
+    (conf / "log4j.properties").write_text(render_log4j({"kafka.server.KafkaServer": "INFO"}))
+    return [
+        _java(),
+        "-Xmx512m",
+        "-Xms128m",
+        "-XX:+UseG1GC",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
+        f"-Dkafka.logs.dir={KAFKA.dir}",
+        "-cp",
+        f"{KAFKA_LIB}/*",
+        KAFKA.marker,
+        str(conf / "server.properties"),
+    ]
+
+
+def _ferretdb_argv(ports: Ports) -> list[str]:
+    state = FERRETDB.dir / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    return [
+        str(FERRETDB_BIN),
+        "--handler=sqlite",
+        f"--sqlite-url=file:{FERRETDB.data}/",
+        f"--listen-addr={HOST}:{ports.mongo}",
+        f"--state-dir={state}",
+        "--telemetry=disable",
+        "--debug-addr=-",
+        f"--log-level={FERRETDB_LOG_LEVEL}",
+    ]
+
+
+def zookeeper_ready(port: int) -> bool:
+    with socket.create_connection((HOST, port), timeout=2) as s:
+        s.settimeout(2)
+        s.sendall(b"ruok")
+        return s.recv(16) == b"imok"
+
+
+def kafka_ready(port: int) -> bool:
+    """The broker answers metadata and has a controller (topics can be created)."""
+    if not _port_open(port):
+        return False
+    try:
+        from confluent_kafka.admin import AdminClient
+    except ImportError:  # run without the venv: the open port has to do
+        return True
+    admin = AdminClient({"bootstrap.servers": f"{HOST}:{port}", "log_level": 0, "socket.timeout.ms": 3000})
+    metadata = admin.list_topics(timeout=3)
+    return bool(metadata.brokers) and int(metadata.controller_id) >= 0
+
+
+def mongo_ready(port: int) -> bool:
+    if not _port_open(port):
+        return False
+    from pymongo import MongoClient
+
+    client: MongoClient[dict[str, object]] = MongoClient(
+        f"mongodb://{HOST}:{port}", serverSelectionTimeoutMS=2000, connectTimeoutMS=2000, directConnection=True
+    )
+    try:
+        return bool(client.admin.command("ping").get("ok"))
+    finally:
+        client.close()
+
+
+def _port_of(service: Service, ports: Ports) -> int:
+    return {"zookeeper": ports.zookeeper, "kafka": ports.kafka, "ferretdb": ports.mongo}[service.name]
+
+
+def _probe(service: Service, ports: Ports) -> Callable[[], bool]:
+    port = _port_of(service, ports)
+    probes: dict[str, Callable[[int], bool]] = {
+        "zookeeper": zookeeper_ready,
+        "kafka": kafka_ready,
+        "ferretdb": mongo_ready,
+    }
+    return lambda: probes[service.name](port)
+
+
+def _argv(service: Service, ports: Ports) -> list[str]:
+    builders: dict[str, Callable[[Ports], list[str]]] = {
+        "zookeeper": _zookeeper_argv,
+        "kafka": _kafka_argv,
+        "ferretdb": _ferretdb_argv,
+    }
+    return builders[service.name](ports)
+
+
+def _start(service: Service, ports: Ports) -> tuple[int, bool]:
+    """Start ``service`` unless it runs; (pid, started now)."""
+    pid = service.pid()
+    if pid is not None:
+        return pid, False
+    port = _port_of(service, ports)
+    if _port_open(port):
+        raise ServiceError(
+            f"{service.name}: port {HOST}:{port} is taken by a process this tool did not start "
+            f"(no live pid in {service.pid_file}); stop it or choose another port with AMS_SVC_*_PORT"
+        )
+    service.data.mkdir(parents=True, exist_ok=True)
+    pid = _spawn(_argv(service, ports), log=service.log, pid_file=service.pid_file, cwd=service.dir)
+    return pid, True
+
+
+def _wait_ready(service: Service, ports: Ports, pid: int) -> None:
+    _wait_until(
+        f"{service.name} on {HOST}:{_port_of(service, ports)}",
+        _probe(service, ports),
+        timeout=READY_TIMEOUT[service.name],
+        pid=pid,
+        marker=service.marker,
+        log=service.log,
+    )
+
+
+def write_env_file(ports: Ports) -> Path:
+    SERVICES_DIR.mkdir(parents=True, exist_ok=True)
+    env = connection_env(ports)
+    ENV_FILE.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+    return ENV_FILE
+
+
+def start_services(ports: Ports | None = None, *, do_install: bool = True) -> dict[str, str]:
+    """Install if needed, start ZooKeeper, Kafka and FerretDB unless they run, wait until each answers.
+    Returns the connection settings (also written to .cache/services/env)."""
+    ports = ports or Ports.from_env()
+    if do_install:
+        install()
+    with _locked(SERVICES_DIR):
+        started = time.monotonic()
+        if ZOOKEEPER.pid() is None and not (ZOOKEEPER.data / "version-2").exists() and KAFKA.pid() is None:
+            # a new ZooKeeper: Kafka's old log dir holds another cluster id and would refuse to start
+            shutil.rmtree(KAFKA.data, ignore_errors=True)
+        zk_pid, zk_new = _start(ZOOKEEPER, ports)
+        mongo_pid, mongo_new = _start(FERRETDB, ports)
+        _wait_ready(ZOOKEEPER, ports, zk_pid)
+        kafka_pid, kafka_new = _start(KAFKA, ports)
+        _wait_ready(FERRETDB, ports, mongo_pid)
+        _wait_ready(KAFKA, ports, kafka_pid)
+        for service, pid, new in (
+            (ZOOKEEPER, zk_pid, zk_new),
+            (KAFKA, kafka_pid, kafka_new),
+            (FERRETDB, mongo_pid, mongo_new),
+        ):
+            state = "started" if new else "already running"
+            say(f"{service.name:<9} {state} (pid {pid}) on {HOST}:{_port_of(service, ports)}")
+        say(f"services ready in {time.monotonic() - started:.1f}s")
+        write_env_file(ports)
+    return connection_env(ports)
+
+
+def stop_services(*, purge: bool = False) -> None:
+    """Stop the cluster if it runs, then FerretDB, Kafka (while ZooKeeper still answers), ZooKeeper."""
+    if any(_cluster_pids().values()):
+        stop_cluster()
+    with _locked(SERVICES_DIR):
+        for service in (FERRETDB, KAFKA, ZOOKEEPER):
+            if _terminate(service.name, service.pid_file, service.marker, STOP_TIMEOUT[service.name]):
+                say(f"{service.name} stopped")
+        if purge:
+            for service in SERVICES:
+                shutil.rmtree(service.dir, ignore_errors=True)
+            ENV_FILE.unlink(missing_ok=True)
+            say(f"purged the data under {SERVICES_DIR}")
+
+
+def services_running(ports: Ports | None = None) -> bool:
+    ports = ports or Ports.from_env()
+    return all(s.pid() is not None for s in SERVICES) and all(_safe(_probe(s, ports)) for s in SERVICES)
+
+
+def _safe(probe: Callable[[], bool]) -> bool:
+    try:
+        return probe()
+    except Exception:  # a failing probe means "no"
+        return False
+
+
+# ============================================================================================
+# the local cluster: N ams nodes behind haproxy (HTTPS on 127.0.0.1:8443)
+# ============================================================================================
+@dataclass(frozen=True)
+class TlsFiles:
+    ca: Path
+    cert: Path
+    key: Path
+    combined: Path  # certificate chain and key in one file, as haproxy's `crt` wants
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    port: int
+    url: str
+    config: Path
+    log: Path
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    url: str
+    ca_file: Path
+    token: str
+    database: str
+    backend: str
+    nodes: tuple[NodeInfo, ...]
+    haproxy_cfg: Path
+    stats_socket: Path
+
+
+HAPROXY_CFG = CLUSTER_DIR / "haproxy.cfg"
+HAPROXY_PID = CLUSTER_DIR / "haproxy.pid"
+HAPROXY_LOG = CLUSTER_DIR / "haproxy.log"
+HAPROXY_SOCKET = CLUSTER_DIR / "haproxy.sock"
+CLUSTER_STATE = CLUSTER_DIR / "state.json"
+
+
+def tls_files(directory: Path = TLS_DIR) -> TlsFiles:
+    return TlsFiles(
+        ca=directory / "ca.pem",
+        cert=directory / "server.pem",
+        key=directory / "server.key",
+        combined=directory / "haproxy.pem",
+    )
+
+
+def make_tls(directory: Path = TLS_DIR, days: int = 3650) -> TlsFiles:
+    """A test CA and a server certificate for 127.0.0.1 and localhost, made once with openssl."""
+    files = tls_files(directory)
+    if all(p.exists() for p in (files.ca, files.cert, files.key, files.combined)):
+        return files
+    openssl = _which("openssl")
+    if openssl is None:
+        raise ServiceError("openssl not found (apt-get install openssl)")
+    directory.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        t = Path(tmp)
+        (t / "server.ext").write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+            "subjectKeyIdentifier=hash\n"
+            "authorityKeyIdentifier=keyid,issuer\n"
+        )
+
+        def ssl_cmd(*args: str) -> None:
+            _run([openssl, *args], timeout=60, what=f"openssl {args[0]}", cwd=t)
+
+        ssl_cmd(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", str(days),
+            "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=AMS local test CA",
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+            "-addext", "subjectKeyIdentifier=hash",
+        )  # fmt: skip
+        ssl_cmd(
+            "req", "-new", "-newkey", "rsa:2048", "-nodes", "-sha256",
+            "-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1",
+        )  # fmt: skip
+        ssl_cmd(
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-set_serial", f"0x{secrets.token_hex(16)}", "-sha256", "-days", str(days),
+            "-extfile", "server.ext", "-out", "server.pem",
+        )  # fmt: skip
+        (t / "haproxy.pem").write_text((t / "server.pem").read_text() + (t / "server.key").read_text())
+        for name in ("ca.key", "server.key", "haproxy.pem"):
+            (t / name).chmod(0o600)
+        for name in ("ca.key", "server.key", "server.pem", "haproxy.pem", "ca.pem"):  # ca.pem last: the "done" mark
+            os.replace(t / name, directory / name)
+    return files
+
+
+def service_token() -> str:
+    """The cluster's service token, made once (0600)."""
+    if TOKEN_FILE.exists():
+        token = TOKEN_FILE.read_text().strip()
+        if token:
+            return token
+    CLUSTER_DIR.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(TOKEN_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    os.chmod(TOKEN_FILE, 0o600)
+    return token
+
+
+def _node_files(n: int) -> tuple[Path, Path, Path]:
+    return CLUSTER_DIR / f"node{n}.yml", CLUSTER_DIR / f"node{n}.log", CLUSTER_DIR / f"node{n}.pid"
+
+
+def _node_marker(n: int) -> str:
+    return str(_node_files(n)[0])
+
+
+def _ams_argv(config: Path) -> list[str]:
+    ams = VENV_BIN / "ams"
+    base = [str(ams)] if ams.exists() else [sys.executable, "-m", "ams_app"]
+    return [*base, "serve", "--config", str(config)]
+
+
+def _node_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """The caller's environment without AMS_* (they would override the settings file), plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AMS_")}
+    env.update(extra)
+    return env
+
+
+def _read_state() -> dict[str, object]:
+    try:
+        loaded = json.loads(CLUSTER_STATE.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def _write_state(state: Mapping[str, object]) -> None:
+    CLUSTER_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(CLUSTER_STATE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f, indent=2)
+
+
+def node_ready(port: int) -> bool:
+    with urllib.request.urlopen(f"http://{HOST}:{port}/v1/status", timeout=3) as resp:
+        return bool(resp.status == 200)
+
+
+def _spawn_node(n: int, env: Mapping[str, str]) -> int:
+    config, log, pid_file = _node_files(n)
+    if not config.exists():
+        raise ServiceError(f"{config} is missing: run cluster-up first")
+    port = node_port(n)
+    deadline = time.monotonic() + 5  # a node killed a moment ago may still be closing its socket
+    while _port_open(port):
+        if time.monotonic() > deadline:
+            raise ServiceError(f"node{n}: port {HOST}:{port} is taken by a process this tool did not start")
+        time.sleep(0.1)
+    return _spawn(_ams_argv(config), log=log, pid_file=pid_file, env=_node_env(env), cwd=ROOT)
+
+
+def _wait_node(n: int, pid: int) -> None:
+    _, log, _ = _node_files(n)
+    port = node_port(n)
+    _wait_until(
+        f"node{n} on {HOST}:{port}",
+        lambda: node_ready(port),
+        timeout=NODE_READY_TIMEOUT,
+        pid=pid,
+        marker=_node_marker(n),
+        log=log,
+    )
+
+
+def _cluster_pids() -> dict[str, int | None]:
+    pids: dict[str, int | None] = {"haproxy": _running(HAPROXY_PID, str(HAPROXY_CFG))}
+    for n in range(1, MAX_NODES + 1):
+        pid_file = _node_files(n)[2]
+        if pid_file.exists():
+            pids[f"node{n}"] = _running(pid_file, _node_marker(n))
+    return pids
+
+
+def _haproxy() -> str:
+    haproxy = _which("haproxy")
+    if haproxy is None:
+        raise ServiceError("haproxy not found (apt-get install haproxy)")
+    return haproxy
+
+
+def check_haproxy_cfg(cfg: Path) -> None:
+    """``haproxy -c -f cfg``: raises ServiceError with haproxy's complaint."""
+    _run([_haproxy(), "-c", "-q", "-f", str(cfg)], timeout=30, what="haproxy -c")
+
+
+def haproxy_server_states(socket_path: Path = HAPROXY_SOCKET) -> dict[str, str]:
+    """{server: UP/DOWN/...} from haproxy's stats socket."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(3)
+        s.connect(str(socket_path))
+        s.sendall(b"show stat\n")
+        chunks = []
+        while chunk := s.recv(65536):
+            chunks.append(chunk)
+    return parse_haproxy_stat(b"".join(chunks).decode())
+
+
+def _https_ok(url: str, ca: Path) -> bool:
+    context = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(url, timeout=5, context=context) as resp:
+        return bool(resp.status == 200)
+
+
+def start_cluster(
+    nodes: int = DEFAULT_NODES,
+    database: str = CLUSTER_DATABASE,
+    env: Mapping[str, str] | None = None,
+    *,
+    backend: str = "kafka",
+    ports: Ports | None = None,
+) -> ClusterInfo:
+    """Start ``nodes`` ams processes and haproxy in front of them; reuse those already running with the
+    same settings. Backend ``kafka`` needs the services (``start_services()``) running; ``embedded``
+    (until the kafka backend exists) shares one SQLite data dir per database among the nodes."""
+    if not 1 <= nodes <= MAX_NODES:
+        raise ServiceError(f"--nodes must be between 1 and {MAX_NODES}")
+    if backend not in ("kafka", "embedded"):
+        raise ServiceError(f"unknown backend {backend!r} (kafka or embedded)")
+    ports = ports or Ports.from_env()
+    if backend == "kafka" and not services_running(ports):
+        raise ServiceError("the services are not running: `python tools/services.py up` first")
+    extra_env = dict(env or {})
+    with _locked(CLUSTER_DIR):
+        started = time.monotonic()
+        tls = make_tls()
+        token = service_token()
+        data_dir = CLUSTER_DIR / "data" / database
+        for n in range(nodes + 1, MAX_NODES + 1):  # a smaller cluster than last time
+            config, _, pid_file = _node_files(n)
+            if _terminate(f"node{n}", pid_file, _node_marker(n), NODE_STOP_TIMEOUT):
+                say(f"node{n} stopped")
+            config.unlink(missing_ok=True)
+        previous_env = _read_state().get("env")
+        env_changed = previous_env != extra_env
+        _write_state({"nodes": nodes, "database": database, "backend": backend, "env": extra_env})
+        pids: dict[int, int] = {}
+        for n in range(1, nodes + 1):
+            config, _, pid_file = _node_files(n)
+            text = render_node_settings(
+                node_settings(n, backend=backend, token=token, database=database, data_dir=data_dir, ports=ports)
+            )
+            changed = env_changed or not config.exists() or config.read_text() != text
+            if changed:
+                config.write_text(text)
+                config.chmod(0o600)  # it holds the service token
+                if _terminate(f"node{n}", pid_file, _node_marker(n), NODE_STOP_TIMEOUT):
+                    say(f"node{n} restarted (settings changed)")
+            pid = _running(pid_file, _node_marker(n))
+            pids[n] = pid if pid is not None else _spawn_node(n, extra_env)
+        for n, pid in pids.items():
+            _wait_node(n, pid)
+
+        cfg_text = render_haproxy_cfg(
+            [(f"node{n}", node_port(n)) for n in range(1, nodes + 1)],
+            bind_port=CLUSTER_PORT,
+            pem=tls.combined,
+            stats_socket=HAPROXY_SOCKET,
+            pid_file=HAPROXY_PID,
+        )
+        haproxy_pid = _running(HAPROXY_PID, str(HAPROXY_CFG))
+        if haproxy_pid is None or not HAPROXY_CFG.exists() or HAPROXY_CFG.read_text() != cfg_text:
+            staged = CLUSTER_DIR / "haproxy.cfg.new"
+            staged.write_text(cfg_text)
+            check_haproxy_cfg(staged)
+            _terminate("haproxy", HAPROXY_PID, str(HAPROXY_CFG), 10)
+            os.replace(staged, HAPROXY_CFG)
+            if _port_open(CLUSTER_PORT):
+                raise ServiceError(f"haproxy: port {HOST}:{CLUSTER_PORT} is taken by a process this tool did not start")
+            HAPROXY_SOCKET.unlink(missing_ok=True)
+            with HAPROXY_LOG.open("ab") as out:
+                out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} started by tools/services.py\n".encode())
+            with HAPROXY_LOG.open("ab") as out:
+                done = subprocess.run(
+                    [_haproxy(), "-D", "-f", str(HAPROXY_CFG), "-p", str(HAPROXY_PID)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=30,
+                    check=False,
+                    cwd=CLUSTER_DIR,
+                )
+            if done.returncode != 0:
+                raise ServiceError(f"haproxy did not start (exit {done.returncode}):\n{_tail(HAPROXY_LOG)}")
+        url = f"https://{HOST}:{CLUSTER_PORT}"
+        deadline = time.monotonic() + LB_READY_TIMEOUT
+        while True:
+            states = _safe_states()
+            if _safe(lambda: _https_ok(f"{url}/v1/status", tls.ca)) and all(
+                states.get(f"node{n}") == "UP" for n in range(1, nodes + 1)
+            ):
+                break
+            if time.monotonic() > deadline:
+                raise ServiceError(
+                    f"{url}/v1/status not answering 200 with all nodes UP after {LB_READY_TIMEOUT:.0f}s "
+                    f"(haproxy sees {states}); last lines of {HAPROXY_LOG}:\n{_tail(HAPROXY_LOG)}"
+                )
+            time.sleep(0.25)
+        say(f"cluster of {nodes} ({backend}, database {database}) ready in {time.monotonic() - started:.1f}s")
+        return cluster_info()
+
+
+def _safe_states() -> dict[str, str]:
+    try:
+        return haproxy_server_states()
+    except OSError:
+        return {}
+
+
+def cluster_info() -> ClusterInfo:
+    state = _read_state()
+    count = int(str(state.get("nodes", DEFAULT_NODES)))
+    tls = tls_files()
+    token = TOKEN_FILE.read_text().strip() if TOKEN_FILE.exists() else ""
+    nodes = []
+    for n in range(1, count + 1):
+        config, log, pid_file = _node_files(n)
+        nodes.append(
+            NodeInfo(
+                name=f"node{n}",
+                port=node_port(n),
+                url=f"http://{HOST}:{node_port(n)}",
+                config=config,
+                log=log,
+                pid=_running(pid_file, _node_marker(n)),
+            )
+        )
+    return ClusterInfo(
+        url=f"https://{HOST}:{CLUSTER_PORT}",
+        ca_file=tls.ca,
+        token=token,
+        database=str(state.get("database", CLUSTER_DATABASE)),
+        backend=str(state.get("backend", "kafka")),
+        nodes=tuple(nodes),
+        haproxy_cfg=HAPROXY_CFG,
+        stats_socket=HAPROXY_SOCKET,
+    )
+
+
+def stop_cluster() -> None:
+    """Stop haproxy, then every node (SIGTERM to all at once, then wait)."""
+    with _locked(CLUSTER_DIR):
+        if _terminate("haproxy", HAPROXY_PID, str(HAPROXY_CFG), 10):
+            say("haproxy stopped")
+        HAPROXY_SOCKET.unlink(missing_ok=True)
+        pending: list[tuple[int, Path, int]] = []
+        for n in range(1, MAX_NODES + 1):
+            pid_file = _node_files(n)[2]
+            pid = _running(pid_file, _node_marker(n))
+            if pid is None:
+                pid_file.unlink(missing_ok=True)
+                continue
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            pending.append((n, pid_file, pid))
+        for n, pid_file, _pid in pending:
+            _terminate(f"node{n}", pid_file, _node_marker(n), NODE_STOP_TIMEOUT)
+            say(f"node{n} stopped")
+
+
+def kill_node(n: int) -> None:
+    """SIGKILL node ``n`` (a crash); haproxy notices within about two seconds."""
+    if not _kill(_node_files(n)[2], _node_marker(n)):
+        raise ServiceError(f"node{n} is not running")
+
+
+def stop_node(n: int) -> None:
+    """Stop node ``n`` gracefully (SIGTERM: waiting pulls answer, in-flight requests finish)."""
+    if not _terminate(f"node{n}", _node_files(n)[2], _node_marker(n), NODE_STOP_TIMEOUT):
+        raise ServiceError(f"node{n} is not running")
+
+
+def start_node(n: int, *, wait_lb: bool = True) -> NodeInfo:
+    """Start node ``n`` again with the settings of the last start_cluster(); wait until it (and, with
+    ``wait_lb``, haproxy's health check) sees it up."""
+    raw_env = _read_state().get("env")
+    env = {str(k): str(v) for k, v in raw_env.items()} if isinstance(raw_env, dict) else {}
+    pid = _running(_node_files(n)[2], _node_marker(n))
+    if pid is None:
+        pid = _spawn_node(n, env)
+    _wait_node(n, pid)
+    if wait_lb and _running(HAPROXY_PID, str(HAPROXY_CFG)) is not None:
+        deadline = time.monotonic() + LB_READY_TIMEOUT
+        while _safe_states().get(f"node{n}") != "UP":
+            if time.monotonic() > deadline:
+                raise ServiceError(f"haproxy does not see node{n} up after {LB_READY_TIMEOUT:.0f}s")
+            time.sleep(0.2)
+    return next(node for node in cluster_info().nodes if node.name == f"node{n}")
+
+
+# ============================================================================================
+# command line
+# ============================================================================================
+def status_lines(ports: Ports | None = None) -> list[str]:
+    ports = ports or Ports.from_env()
+    lines = []
+    for service in SERVICES:
+        port = _port_of(service, ports)
+        pid = service.pid()
+        if pid is None:
+            state = "stopped"
+        else:
+            state = f"running (pid {pid}), {'ready' if _safe(_probe(service, ports)) else 'NOT READY'}"
+        lines.append(f"{service.name:<10} {HOST}:{port:<6} {state}")
+    pids = _cluster_pids()
+    if any(pids.values()):
+        states = _safe_states()
+        for name, pid in pids.items():
+            if name == "haproxy":
+                where = f"https://{HOST}:{CLUSTER_PORT}"
+            else:
+                where = f"http://{HOST}:{node_port(int(name[4:]))}"
+            state = "stopped" if pid is None else f"running (pid {pid})"
+            if name in states:
+                state += f", haproxy: {states[name]}"
+            lines.append(f"{name:<10} {where:<23} {state}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="services.py", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("install", help="install ZooKeeper, haproxy, openssl (apt), Kafka (Maven), FerretDB (Go)")
+    sub.add_parser("up", help="install, then start ZooKeeper, Kafka and FerretDB on loopback")
+    down = sub.add_parser("down", help="stop them (and the cluster)")
+    down.add_argument("--purge", action="store_true", help="also delete their data and logs")
+    sub.add_parser("status", help="one line per service")
+    cup = sub.add_parser("cluster-up", help="N ams nodes behind haproxy on https://127.0.0.1:8443")
+    cup.add_argument("--nodes", type=int, default=DEFAULT_NODES)
+    cup.add_argument("--database", default=CLUSTER_DATABASE, help="MongoDB database of the nodes")
+    cup.add_argument(
+        "--backend",
+        choices=("kafka", "embedded"),
+        default=os.environ.get("AMS_SVC_BACKEND", "kafka"),
+        help="the nodes' backend (default kafka; embedded: one SQLite dir shared by the nodes)",
+    )
+    sub.add_parser("cluster-down", help="stop haproxy and the nodes")
+    for verb in ("kill-node", "stop-node", "start-node"):
+        sub.add_parser(verb, help=f"{verb.split('-')[0]} one cluster node").add_argument("n", type=int)
+    args = parser.parse_args(argv)
+
+    try:
+        if args.command == "install":
+            install()
+            say("installed")
+        elif args.command == "up":
+            env = start_services()
+            print(" ".join(f"{k}={v}" for k, v in env.items()))
+            say(f"written to {ENV_FILE} (load it with: set -a; . {ENV_FILE}; set +a)")
+        elif args.command == "down":
+            stop_services(purge=args.purge)
+        elif args.command == "status":
+            print("\n".join(status_lines()))
+        elif args.command == "cluster-up":
+            if args.backend == "kafka":
+                start_services()
+            else:
+                install()
+            info = start_cluster(nodes=args.nodes, database=args.database, backend=args.backend)
+            print(f"URL:   {info.url}")
+            print(f"CA:    {info.ca_file}")
+            print(f"TOKEN: {info.token}")
+            print(f"try:   curl --cacert {info.ca_file} -H 'x-api-key: {info.token}' {info.url}/v1/projects")
+        elif args.command == "cluster-down":
+            stop_cluster()
+        elif args.command == "kill-node":
+            kill_node(args.n)
+        elif args.command == "stop-node":
+            stop_node(args.n)
+        elif args.command == "start-node":
+            start_node(args.n)
+    except ServiceError as exc:
+        print(f"services: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
