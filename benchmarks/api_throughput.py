@@ -1,6 +1,9 @@
-"""Publish and pull throughput of `ams serve` on the embedded backend, over loopback HTTP.
+"""Publish and pull throughput of `ams serve` on either backend, over loopback HTTP.
 
     .venv/bin/python benchmarks/api_throughput.py [--seconds 10] [--clients 4] [--batch 50] [--size 512]
+                                                  [--backend embedded|kafka]
+
+(--backend kafka needs `make services-up`.)
 
 Starts its own server on a free port with a fresh data directory, runs publishers for
 --seconds, then consumers (pull + ack) until the subscription is drained, and prints
@@ -35,10 +38,11 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--batch", type=int, default=50, help="messages per publish request")
     parser.add_argument("--size", type=int, default=512, help="bytes of data per message")
+    parser.add_argument("--backend", choices=["embedded", "kafka"], default="embedded")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
-        server = AmsServer(Path(tmp) / "data", env={"AMS_LOG_LEVEL": "WARNING"}).start()
+        server = AmsServer(Path(tmp) / "data", env={"AMS_LOG_LEVEL": "WARNING"}, backend=args.backend).start()
         try:
             api = server.api()
             api.ok("POST", "/projects/bench", {})
@@ -99,7 +103,7 @@ def main() -> int:
         finally:
             server.stop()
 
-    print(f"clients={args.clients} batch={args.batch} size={args.size}B cores={os.cpu_count()}")
+    print(f"backend={args.backend} clients={args.clients} batch={args.batch} size={args.size}B cores={os.cpu_count()}")
     print(
         f"publish: {published[0]} msgs in {pub_secs:.1f}s = {published[0] / pub_secs:,.0f} msg/s; "
         f"request p50 {statistics.median(pub_lat) * 1000:.1f} ms, p99 {percentile(pub_lat, 0.99) * 1000:.1f} ms"
