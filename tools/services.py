@@ -270,6 +270,22 @@ def render_node_settings(settings: Mapping[str, object]) -> str:
     return header + yaml.safe_dump(dict(settings), sort_keys=False, default_flow_style=False)
 
 
+#: Answers haproxy gives itself, in the AMS error envelope (every error is JSON, the balancer's too).
+PROXY_ERRORS = {
+    502: ("Bad Gateway", "BAD_GATEWAY"),
+    503: ("Service Unavailable", "UNAVAILABLE"),
+    504: ("Gateway Timeout", "TIMEOUT"),
+}
+
+
+def _http_errors() -> str:
+    lines = []
+    for code, (message, status) in PROXY_ERRORS.items():
+        body = json.dumps({"error": {"code": code, "message": message, "status": status}}, separators=(",", ":"))
+        lines.append(f"    http-error status {code} content-type \"application/json; charset=utf-8\" string '{body}'")
+    return "\n".join(lines)
+
+
 def render_haproxy_cfg(
     nodes: Sequence[tuple[str, int]],
     *,
@@ -303,6 +319,7 @@ defaults
     timeout http-keep-alive 10s
     timeout queue 10s
     timeout check 2s
+{_http_errors()}
 
 frontend ams_https
     bind {HOST}:{bind_port} ssl crt {pem}
@@ -341,6 +358,10 @@ def _read_pid(pid_file: Path) -> int | None:
 
 def _reap(pid: int) -> None:
     """Collect a dead child of this process (a test that started the service), if it is one."""
+    proc = _CHILDREN.pop(pid, None)
+    if proc is not None:
+        proc.poll()  # reaps it and tells its Popen, which then has nothing to warn about
+        return
     with contextlib.suppress(ChildProcessError, OSError):
         os.waitpid(pid, os.WNOHANG)
 
@@ -359,12 +380,18 @@ def _alive(pid: int, marker: str) -> bool:
                 return True
         _reap(pid)
         return False
-    return marker in cmdline
+    # a child caught between fork and exec has no command line yet: ours, if we spawned it
+    return marker in cmdline or (not cmdline.strip() and pid in _CHILDREN)
 
 
 def _running(pid_file: Path, marker: str) -> int | None:
     pid = _read_pid(pid_file)
     return pid if pid is not None and _alive(pid, marker) else None
+
+
+#: Children started by this process, kept so that their Popen objects live as long as they do
+#: (a Popen collected while its child runs warns) and so that ``_alive`` knows them.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
 
 
 def _spawn(
@@ -384,6 +411,7 @@ def _spawn(
             start_new_session=True,  # a Ctrl-C in the terminal that ran `up` does not reach it
             close_fds=True,
         )
+    _CHILDREN[proc.pid] = proc
     pid_file.write_text(f"{proc.pid}\n")
     return proc.pid
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -151,6 +152,13 @@ def test_haproxy_cfg_content(tmp_path: Path) -> None:
     for timeout in ("timeout connect 2s", "timeout client 60s", "timeout server 60s"):
         assert timeout in lines
     assert f"stats socket {tmp_path / 'haproxy.sock'} mode 600 level admin" in lines
+    errors = {int(line.split()[2]): line for line in lines if line.startswith("http-error status ")}
+    assert sorted(errors) == [502, 503, 504]
+    for code, line in errors.items():  # the balancer's own answers are the AMS envelope too
+        body = json.loads(line.split(" string ", 1)[1].strip("'"))
+        assert body["error"]["code"] == code
+        assert set(body["error"]) == {"code", "message", "status"}
+        assert 'content-type "application/json; charset=utf-8"' in line
     servers = [line for line in lines if line.startswith("server ")]
     assert servers == [f"server node{n} 127.0.0.1:{18080 + n} check inter 1s fall 2 rise 1" for n in (1, 2, 3)]
     with pytest.raises(ValueError, match="at least one node"):
