@@ -155,6 +155,8 @@ class Cursor:
     version: int = 0
     #: Which cursor the version belongs to, for stores that keep it apart from the subscription.
     store_key: str = ""
+    #: When the store read this version (time.monotonic()), for stores that bound staleness.
+    store_read_at: float = 0.0
 
 
 def to_doc(obj: Any) -> dict[str, Any]:

@@ -11,6 +11,11 @@ is an immutable document keyed uniquely by (cursor_id, version), and moving from
 v+1 is inserting v+1, which exactly one writer can do. A filtered ``update_one`` would do on
 MongoDB, but FerretDB's SQLite handler does not apply it atomically (measured: concurrent
 compare-and-swaps on one document all "succeed"), while its unique indexes hold.
+
+Old versions are deleted, but only once they are ``_KEEP_SECONDS`` old, and a writer whose
+read is more than ``_STALE_SECONDS`` old does not write (it reads again). So the version a
+writer would collide with is always still there: a deleted version can never be written again
+by a late writer, which would otherwise "win" against a state it never saw and lose a lease.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import time
 import uuid as uuidlib
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -48,6 +54,10 @@ from ams_app.models import (
 
 T = TypeVar("T")
 Doc = dict[str, Any]
+
+_STALE_SECONDS = 20.0
+_KEEP_SECONDS = 120.0
+_GC_EVERY = 32  # versions between two clean-ups of a cursor
 
 _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
     "projects": [([("uuid", ASCENDING)], True), ([("name", ASCENDING)], True)],
@@ -403,13 +413,22 @@ class MongoMetadataStore:
             return None
         cursor = cursor_from_doc(latest["state"], int(latest["version"]))
         cursor.store_key = sub["cursor_id"]
+        cursor.store_read_at = time.monotonic()
         return cursor
 
     def swap_cursor(self, project_uuid: str, name: str, cursor: Cursor) -> bool:
+        if time.monotonic() - cursor.store_read_at > _STALE_SECONDS:
+            return False  # too old a read to prove anything: read again
         version = cursor.version + 1
-        doc = {"cursor_id": cursor.store_key, "version": version, "state": cursor_to_doc(cursor)}
+        doc = {"cursor_id": cursor.store_key, "version": version, "state": cursor_to_doc(cursor), "at": time.time()}
         if not self._insert(self._c("cursors"), doc):
             return False  # another writer made this version first
-        # old versions are history nobody reads: keep a few, drop the rest
-        self._c("cursors").delete_many({"cursor_id": cursor.store_key, "version": {"$lt": version - 8}})
+        if version % _GC_EVERY == 0:  # history nobody reads any more
+            self._c("cursors").delete_many(
+                {
+                    "cursor_id": cursor.store_key,
+                    "version": {"$lt": version - 1},
+                    "at": {"$lt": time.time() - _KEEP_SECONDS},
+                }
+            )
         return True
