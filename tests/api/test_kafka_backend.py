@@ -106,6 +106,11 @@ def timed(call: Any) -> tuple[Any, float]:
 
 
 # ------------------------------------------------------------------------- stalled broker ---
+#: A request blocked by the stalled broker would wait for the Kafka timeout (20 s in the tests);
+#: a request that is not blocked answers in milliseconds. The bound sits far from both.
+STALL_BOUND = 3.0
+
+
 def test_a_stalled_broker_blocks_neither_status_nor_metadata_requests(make_server: Any, tmp_path: Path) -> None:
     srv = make_server(tmp_path / "data", backend="kafka", ams_pull_wait_seconds="10")
     api = srv.api()
@@ -136,16 +141,16 @@ def test_a_stalled_broker_blocks_neither_status_nor_metadata_requests(make_serve
         time.sleep(0.5)
         for _ in range(4):
             status, took = timed(lambda: api.get("/status", timeout=10))
-            assert took < 1.0, f"/v1/status took {took:.2f}s with the broker stalled"
+            assert took < STALL_BOUND, f"/v1/status took {took:.2f}s with the broker stalled"
             # 503 when the background health check has noticed the stall, which is correct too
             assert status.status_code in (200, 503), status.text
             if status.status_code == 503:
                 assert error_of(status)["status"] == "UNAVAILABLE"
             topic, took = timed(lambda: api.get(f"/projects/{project}/topics/t", timeout=10))
-            assert took < 1.0, f"GET topic took {took:.2f}s with the broker stalled"
+            assert took < STALL_BOUND, f"GET topic took {took:.2f}s with the broker stalled"
             assert topic.status_code == 200, topic.text
             proj, took = timed(lambda: api.get(f"/projects/{project}", timeout=10))
-            assert took < 1.0, f"GET project took {took:.2f}s with the broker stalled"
+            assert took < STALL_BOUND, f"GET project took {took:.2f}s with the broker stalled"
             assert proj.status_code == 200, proj.text
             time.sleep(0.5)
         assert publish.is_alive(), f"the publish did not wait for the stalled broker: {results.get('publish')}"
