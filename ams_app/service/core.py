@@ -6,6 +6,7 @@ import base64
 import binascii
 import dataclasses
 import logging
+import random
 import re
 import time
 import uuid as uuidlib
@@ -46,7 +47,8 @@ _BAD_SUB = AmsError.invalid_argument("Subscription")
 _BAD_DEADLINE = AmsError.invalid_argument("ackDeadlineSeconds(needs value between 0 and 600)")
 _BAD_PULL = AmsError.invalid_argument("Pull Parameters")
 _BAD_OFFSET = AmsError.invalid_argument("Offset")
-_SWAP_ATTEMPTS = 50
+_SWAP_ATTEMPTS = 1000
+_SWAP_SECONDS = 10.0
 _HEALTH_INTERVAL = 2.0
 _HEALTH_TIMEOUT = 5.0
 log = logging.getLogger("ams")
@@ -566,16 +568,23 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):
                 return []
             self.log.wait_for_append(key, marker, remaining)
 
-    def _change_cursor(self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]) -> R:
+    def _change_cursor(
+        self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]
+    ) -> R:
         """Apply ``change`` to the subscription's cursor atomically: it returns the new cursor
-        (None: nothing to store) and a result. Retried when another request got there first."""
-        for _ in range(_SWAP_ATTEMPTS):
+        (None: nothing to store) and a result. When another request got there first, try again
+        after a short random pause (so that contenders spread out), for up to _SWAP_SECONDS."""
+        give_up = time.monotonic() + _SWAP_SECONDS
+        for attempt in range(_SWAP_ATTEMPTS):
             cursor = self.store.get_cursor(project.uuid, name)
             if cursor is None:
                 raise AmsError.not_found("Subscription")
             updated, result = change(cursor)
             if updated is None or self.store.swap_cursor(project.uuid, name, updated):
                 return result
+            if time.monotonic() > give_up:
+                break
+            gevent.sleep(random.uniform(0, 0.005 * min(attempt + 1, 20)))
         raise AmsError.unavailable("The subscription is too busy, try again")
 
     def _lease(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:

@@ -55,8 +55,8 @@ from ams_app.models import (
 T = TypeVar("T")
 Doc = dict[str, Any]
 
-_STALE_SECONDS = 20.0
-_KEEP_SECONDS = 120.0
+_STALE_SECONDS = 10.0
+_KEEP_SECONDS = 30.0
 _GC_EVERY = 32  # versions between two clean-ups of a cursor
 
 _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
