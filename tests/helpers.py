@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import importlib.util
 import os
 import signal
 import socket
@@ -11,11 +12,26 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import requests
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_services_tool() -> ModuleType:
+    """tools/services.py as a module (tools/ is no package): the tests drive it as operators do."""
+    name = "ams_tools_services"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "services.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
 
 
 def service_settings() -> dict[str, str]:

@@ -568,9 +568,7 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):
                 return []
             self.log.wait_for_append(key, marker, remaining)
 
-    def _change_cursor(
-        self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]
-    ) -> R:
+    def _change_cursor(self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]) -> R:
         """Apply ``change`` to the subscription's cursor atomically: it returns the new cursor
         (None: nothing to store) and a result. When another request got there first, try again
         after a short random pause (so that contenders spread out), for up to _SWAP_SECONDS."""

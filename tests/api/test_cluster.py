@@ -5,42 +5,26 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import importlib.util
 import re
-import sys
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from types import ModuleType
 from typing import Any
 
 import pytest
 import requests
 
 from tests.conftest import require_backend
-from tests.helpers import ROOT, b64, service_settings, unique
+from tests.helpers import b64, load_services_tool, service_settings, unique
 
 pytestmark = pytest.mark.slow
 
 NODES = 3
 
 
-def _load_services() -> ModuleType:
-    name = "ams_tools_services"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "services.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-services = _load_services()
+services = load_services_tool()
 
 
 class Client:

@@ -4,40 +4,24 @@ discovery through ZooKeeper, retention, SIGKILL durability, and offsets as messa
 from __future__ import annotations
 
 import base64
-import importlib.util
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import requests
 
-from tests.helpers import ROOT, AmsServer, b64, error_of, service_settings
+from tests.helpers import ROOT, AmsServer, b64, error_of, load_services_tool, service_settings
 
 pytestmark = pytest.mark.slow
 
 
-def _load_services() -> ModuleType:
-    name = "ams_tools_services"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "services.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-services = _load_services()
+services = load_services_tool()
 
 
 def kafka_topic(srv: AmsServer, project: str, topic: str) -> str:

@@ -2,38 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.helpers import ROOT
+from tests.helpers import load_services_tool
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def _load() -> ModuleType:
-    name = "ams_tools_services"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "services.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-svc = _load()
+svc = load_services_tool()
 
 
 def _properties(text: str) -> dict[str, str]:

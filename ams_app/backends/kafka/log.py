@@ -25,10 +25,10 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-from gevent.event import Event
 from gevent.threadpool import ThreadPool
 
 from ams_app.backends.log import NewMessage, StoredMessage
+from ams_app.backends.notify import AppendNotifier
 from ams_app.errors import AmsError
 from ams_app.timeutil import now_ns, parse_iso8601_ns, zulu_nanos
 
@@ -110,8 +110,7 @@ class KafkaMessageLog:
         self._pool = ThreadPool(threads)
         self._consumers: list[Consumer] = []
         self._consumers_lock = threading.Lock()  # taken only inside pool threads
-        self._events: dict[str, Event] = {}
-        self._markers: dict[str, int] = {}
+        self._notifier = AppendNotifier(_RECHECK_SECONDS)
 
     # ----------------------------------------------------------------- plumbing -------------
     def _run(self, fn: Callable[..., R], *args: Any) -> R:
@@ -137,8 +136,7 @@ class KafkaMessageLog:
         self._run(lambda: self._admin.list_topics(timeout=min(self.timeout, 5)))
 
     def close(self) -> None:
-        for event in self._events.values():
-            event.set()
+        self._notifier.wake_all()
 
         def shut() -> None:
             self._producer.flush(min(self.timeout, 10))
@@ -234,10 +232,7 @@ class KafkaMessageLog:
             stored = self._run(produce)
         except _TooLarge as exc:
             raise AmsError.too_large() from exc
-        self._markers[key] = self._markers.get(key, 0) + 1
-        event = self._events.pop(key, None)
-        if event is not None:
-            event.set()
+        self._notifier.notify(key)
         return stored
 
     def read(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
@@ -301,15 +296,10 @@ class KafkaMessageLog:
         return self._run(lookup)
 
     def marker(self, key: str) -> int:
-        return self._markers.get(key, 0)
+        return self._notifier.marker(key)
 
     def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
-        if self._markers.get(key, 0) != marker:
-            return
-        event = self._events.get(key)
-        if event is None:
-            event = self._events[key] = Event()
-        event.wait(min(timeout, _RECHECK_SECONDS))
+        self._notifier.wait(key, marker, timeout)
 
 
 class _TooLarge(Exception):

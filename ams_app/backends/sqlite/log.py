@@ -8,9 +8,9 @@ import sqlite3
 from typing import Any
 
 import gevent
-from gevent.event import Event
 
 from ams_app.backends.log import NewMessage, StoredMessage
+from ams_app.backends.notify import AppendNotifier
 from ams_app.backends.sqlite.db import SqliteDb
 from ams_app.timeutil import now_ns
 
@@ -39,8 +39,7 @@ _RECHECK_SECONDS = 1.0
 class SqliteMessageLog:
     def __init__(self, path: str, retention_seconds: int = 0) -> None:
         self.db = SqliteDb(path, SCHEMA)
-        self._events: dict[str, Event] = {}
-        self._markers: dict[str, int] = {}
+        self._notifier = AppendNotifier(_RECHECK_SECONDS)
         self._retention_ns = retention_seconds * 1_000_000_000
         self._janitor: Any = None
         if retention_seconds > 0:
@@ -52,8 +51,7 @@ class SqliteMessageLog:
     def close(self) -> None:
         if self._janitor is not None:
             self._janitor.kill()
-        for event in self._events.values():
-            event.set()
+        self._notifier.wake_all()
         self.db.close()
 
     def create_topic(self, key: str) -> None:
@@ -102,10 +100,7 @@ class SqliteMessageLog:
             return stored
 
         stored = self.db.run(tx)
-        self._markers[key] = self._markers.get(key, 0) + 1
-        event = self._events.pop(key, None)
-        if event is not None:
-            event.set()
+        self._notifier.notify(key)
         return stored
 
     def read(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
@@ -142,15 +137,10 @@ class SqliteMessageLog:
         return row[0] if row else None
 
     def marker(self, key: str) -> int:
-        return self._markers.get(key, 0)
+        return self._notifier.marker(key)
 
     def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
-        if self._markers.get(key, 0) != marker:
-            return
-        event = self._events.get(key)
-        if event is None:
-            event = self._events[key] = Event()
-        event.wait(min(timeout, _RECHECK_SECONDS))
+        self._notifier.wait(key, marker, timeout)
 
     def purge_expired(self) -> int:
         """Remove messages past retention; return how many went."""
