@@ -20,7 +20,8 @@ pytestmark = pytest.mark.slow
 def drain(api: Any, project: str, sub: str) -> dict[int, str]:
     """Pull and ack everything; messageId -> payload."""
     seen: dict[int, str] = {}
-    while True:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
         got = api.pull(project, sub, 500)
         if not got:
             return seen
@@ -29,10 +30,12 @@ def drain(api: Any, project: str, sub: str) -> dict[int, str]:
             assert offset not in seen, f"message {offset} delivered twice"
             seen[offset] = base64.b64decode(m["message"]["data"]).decode()
         assert api.ack(project, sub, [got[-1]["ackId"]]).status_code == 200
+    raise AssertionError("draining the subscription did not end")
 
 
-def test_sigkill_while_publishing_loses_no_acknowledged_message(make_server: Any, tmp_path: Path) -> None:
-    srv = make_server(tmp_path / "data")
+@pytest.mark.parametrize("backend", ["embedded", "kafka"])
+def test_sigkill_while_publishing_loses_no_acknowledged_message(make_server: Any, tmp_path: Path, backend: str) -> None:
+    srv = make_server(tmp_path / "data", backend=backend)
     api = srv.api()
     project = api.new_project()
     api.ok("PUT", f"/projects/{project}/topics/t")
@@ -72,9 +75,11 @@ def test_sigkill_while_publishing_loses_no_acknowledged_message(make_server: Any
     stored = drain(srv.api(), project, "s")
     for mid, payload in acknowledged.items():
         assert stored.get(mid) == payload, f"acknowledged message {mid} lost or changed"
-    # batches are atomic: the stored ids are exactly 0..n-1, a whole number of batches
+    # the stored ids are exactly 0..n-1 (no gaps); on the embedded backend a batch is one
+    # transaction, so only whole batches are there (Kafka may keep part of the unanswered one)
     assert sorted(stored) == list(range(len(stored)))
-    assert len(stored) % 5 == 0
+    if backend == "embedded":
+        assert len(stored) % 5 == 0
 
 
 def test_restart_keeps_messages_offsets_and_tokens(make_server: Any, tmp_path: Path) -> None:
