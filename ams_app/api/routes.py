@@ -377,11 +377,11 @@ def schemas_delete(ctx: Ctx, project: str, schema: str) -> Response:
 
 @add_route(bp, SC + ":validate", "schemas:validateMessage", "POST")
 def schemas_validate(ctx: Ctx, project: str, schema: str) -> Response:
-    ctx.svc.schema(ctx.proj, schema)
+    found = ctx.svc.schema(ctx.proj, schema)  # an unknown schema is 404 before the body is looked at
     payload = body()
     if payload is None or payload is MALFORMED:
         raise AmsError.invalid_request_body()
-    ctx.svc.validate_with_schema(ctx.proj, schema, payload)
+    ctx.svc.validate_with_schema(found, payload)
     return ok({"message": "Message validated successfully"})
 
 

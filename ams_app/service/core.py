@@ -69,7 +69,7 @@ class Delivery:
     message: StoredMessage
 
 
-class AmsService(SchemaOps, RegistrationOps, MetricsOps):
+class AmsService(SchemaOps, RegistrationOps, MetricsOps):  # each a ServiceBase
     def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
         self.settings = settings
         self.store = store
@@ -113,33 +113,6 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):
         if user is None:
             return None
         return Caller(user, frozenset(user.service_roles))
-
-    def project(self, name: str) -> Project:
-        project = self.store.get_project(name=name)
-        if project is None:
-            raise AmsError.not_found("project")
-        return project
-
-    def topic(self, project: Project, name: str) -> Topic:
-        topic = self.store.get_topic(project.uuid, name)
-        if topic is None:
-            raise AmsError.not_found("Topic")
-        return topic
-
-    def subscription(self, project: Project, name: str) -> Subscription:
-        sub = self.store.get_subscription(project.uuid, name)
-        if sub is None:
-            raise AmsError.not_found("Subscription")
-        return sub
-
-    def user(self, name: str) -> User:
-        user = self.store.get_user(name=name)
-        if user is None:
-            raise AmsError.not_found("User")
-        return user
-
-    def _acl_applies(self, caller: Caller, role: str) -> bool:
-        return self.settings.per_resource_auth and not caller.is_service_token and caller.has(role)
 
     @staticmethod
     def _filtered_for(caller: Caller, role: str) -> str | None:
@@ -224,21 +197,6 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):
         return out
 
     _USER_TEXT = ("email", "first_name", "last_name", "organization", "description")
-
-    def _new_user(self, caller: Caller, name: str, **fields: Any) -> User:
-        now = now_ns()
-        user = User(
-            uuid=str(uuidlib.uuid4()),
-            name=name,
-            token=auth.new_token(),
-            created_on=now,
-            modified_on=now,
-            created_by=caller.uuid,
-            **fields,
-        )
-        if not self.store.create_user(user):
-            raise AmsError.conflict("User")
-        return user
 
     def create_user(self, caller: Caller, name: str, body: Any) -> User:
         body = as_object({} if body is None else body, _BAD_USER)

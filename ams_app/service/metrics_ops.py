@@ -10,12 +10,10 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from ams_app.auth import CONSUMER, PROJECT_ADMIN, PUBLISHER, Caller
-from ams_app.backends.log import MessageLog
-from ams_app.backends.store import MetadataStore
 from ams_app.errors import AmsError
-from ams_app.models import Project, Subscription, Topic
+from ams_app.models import Project, Subscription
+from ams_app.service.base import ServiceBase
 from ams_app.service.usage import UsageCounters
-from ams_app.settings import Settings
 from ams_app.timeutil import zulu_seconds
 
 NS = 1_000_000_000
@@ -67,23 +65,10 @@ def _ceil2(value: float) -> float:
     return math.ceil(round(value * 100, 6)) / 100
 
 
-class MetricsOps:
-    store: MetadataStore
-    log: MessageLog
-    settings: Settings
+class MetricsOps(ServiceBase):
     usage: UsageCounters
 
-    # provided by AmsService
-    def topic(self, project: Project, name: str) -> Topic:
-        raise NotImplementedError
-
-    def subscription(self, project: Project, name: str) -> Subscription:
-        raise NotImplementedError
-
-    def _acl_applies(self, caller: Caller, role: str) -> bool:
-        raise NotImplementedError
-
-    def sub_offsets(self, project: Project, sub: Subscription) -> tuple[int, int, int]:
+    def sub_offsets(self, project: Project, sub: Subscription) -> tuple[int, int, int]:  # AmsService's
         raise NotImplementedError
 
     # ------------------------------------------------------------ operational ----------------

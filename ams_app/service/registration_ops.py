@@ -7,9 +7,9 @@ from typing import Any
 
 from ams_app import auth
 from ams_app.auth import Caller
-from ams_app.backends.store import MetadataStore
 from ams_app.errors import AmsError
 from ams_app.models import Registration, User
+from ams_app.service.base import ServiceBase
 from ams_app.service.validation import as_object, opt_str, valid_name
 from ams_app.timeutil import now_ns
 
@@ -18,12 +18,7 @@ FILTERS = ("status", "activation_token", "name", "email", "organization")
 _TEXT = ("email", "first_name", "last_name", "organization", "description")
 
 
-class RegistrationOps:
-    store: MetadataStore
-
-    def _new_user(self, caller: Caller, name: str, **fields: Any) -> User:  # provided by AmsService
-        raise NotImplementedError
-
+class RegistrationOps(ServiceBase):
     def register(self, body: Any) -> Registration:
         body = as_object(body, _BAD)
         name = opt_str(body, "name", _BAD) or ""

@@ -7,10 +7,10 @@ import binascii
 import uuid as uuidlib
 from typing import Any
 
-from ams_app.backends.store import MetadataStore
 from ams_app.errors import AmsError
 from ams_app.models import Project, Schema, Topic
 from ams_app.service import schemas
+from ams_app.service.base import ServiceBase
 from ams_app.service.validation import as_object, opt_str
 
 _BAD = AmsError.invalid_argument("Schema")
@@ -24,9 +24,7 @@ def schema_name_from_ref(project: Project, ref: Any) -> str:
     return parts[3]
 
 
-class SchemaOps:
-    store: MetadataStore
-
+class SchemaOps(ServiceBase):
     def schema(self, project: Project, name: str) -> Schema:
         found = self.store.get_schema(project.uuid, name=name)
         if found is None:
@@ -77,10 +75,9 @@ class SchemaOps:
         if not self.store.delete_schema(project.uuid, self.schema(project, name).uuid):
             raise AmsError.not_found("Schema")
 
-    def validate_with_schema(self, project: Project, name: str, body: Any) -> None:
+    def validate_with_schema(self, found: Schema, body: Any) -> None:
         """The :validate endpoint: a JSON document itself, or {"data": base64} for Avro.
         ``body`` is the parsed JSON value (the HTTP layer refuses a missing or malformed one)."""
-        found = self.schema(project, name)
         compiled = schemas.compile_schema(found.type, found.schema)
         if found.type == "json":
             schemas.validate_document(compiled, 0, body)
@@ -95,18 +92,14 @@ class SchemaOps:
         schemas.validate_avro(compiled, 0, raw)
 
     def attach_schema(self, project: Project, topic_name: str, body: Any) -> None:
-        topic = self.store.get_topic(project.uuid, topic_name)
-        if topic is None:
-            raise AmsError.not_found("Topic")
+        topic = self.topic(project, topic_name)
         body = as_object({} if body is None else body, AmsError.invalid_request_body())
         ref = opt_str(body, "schema", AmsError.invalid_request_body()) or ""
         topic.schema_uuid = self.schema_by_ref(project, ref).uuid if ref else ""
         self.store.update_topic(topic)
 
     def detach_schema(self, project: Project, topic_name: str) -> None:
-        topic = self.store.get_topic(project.uuid, topic_name)
-        if topic is None:
-            raise AmsError.not_found("Topic")
+        topic = self.topic(project, topic_name)
         topic.schema_uuid = ""
         self.store.update_topic(topic)
 

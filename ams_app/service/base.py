@@ -1,0 +1,63 @@
+"""What every part of AmsService shares: the backends, the settings and the lookups."""
+
+from __future__ import annotations
+
+import uuid as uuidlib
+from typing import Any
+
+from ams_app import auth
+from ams_app.auth import Caller
+from ams_app.backends.log import MessageLog
+from ams_app.backends.store import MetadataStore
+from ams_app.errors import AmsError
+from ams_app.models import Project, Subscription, Topic, User
+from ams_app.settings import Settings
+from ams_app.timeutil import now_ns
+
+
+class ServiceBase:
+    store: MetadataStore
+    log: MessageLog
+    settings: Settings
+
+    def project(self, name: str) -> Project:
+        project = self.store.get_project(name=name)
+        if project is None:
+            raise AmsError.not_found("project")
+        return project
+
+    def topic(self, project: Project, name: str) -> Topic:
+        topic = self.store.get_topic(project.uuid, name)
+        if topic is None:
+            raise AmsError.not_found("Topic")
+        return topic
+
+    def subscription(self, project: Project, name: str) -> Subscription:
+        sub = self.store.get_subscription(project.uuid, name)
+        if sub is None:
+            raise AmsError.not_found("Subscription")
+        return sub
+
+    def user(self, name: str) -> User:
+        user = self.store.get_user(name=name)
+        if user is None:
+            raise AmsError.not_found("User")
+        return user
+
+    def _acl_applies(self, caller: Caller, role: str) -> bool:
+        return self.settings.per_resource_auth and not caller.is_service_token and caller.has(role)
+
+    def _new_user(self, caller: Caller, name: str, **fields: Any) -> User:
+        now = now_ns()
+        user = User(
+            uuid=str(uuidlib.uuid4()),
+            name=name,
+            token=auth.new_token(),
+            created_on=now,
+            modified_on=now,
+            created_by=caller.uuid,
+            **fields,
+        )
+        if not self.store.create_user(user):
+            raise AmsError.conflict("User")
+        return user
