@@ -1,4 +1,4 @@
-"""The ``ams`` command: ``serve`` and the admin verbs."""
+"""The ``ams`` command: ``serve``, the admin verbs and ``republish``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     token = verbs.add_parser("show-token", help="print a user's token")
     common(token)
     token.add_argument("name")
+
+    republish = sub.add_parser("republish", help="republish a subscription's messages to topics chosen per message")
+    republish.add_argument("config_file", metavar="CONFIG", help="the republisher's YAML file (docs/republisher.md)")
     return parser
 
 
@@ -104,6 +107,10 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "republish":  # an API client: none of the service's settings
+        from ams_app.republish import main as republish
+
+        return republish(args.config_file)
     try:
         settings = _settings(args)
     except (SettingsError, OSError) as exc:
