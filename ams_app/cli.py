@@ -1,4 +1,4 @@
-"""The ``ams`` command: ``serve``, the admin verbs and ``republish``."""
+"""The ``ams`` command: ``serve``, ``push-worker``, the admin verbs and ``republish``."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8080)")
     serve.add_argument("--tls-cert", help="PEM certificate: serve HTTPS")
     serve.add_argument("--tls-key", help="PEM private key of --tls-cert")
+
+    worker = sub.add_parser("push-worker", help="deliver push subscriptions (backend kafka; ZooKeeper shares them)")
+    common(worker)
 
     admin = sub.add_parser("admin", help="administer projects and users from the shell")
     verbs = admin.add_subparsers(dest="verb", required=True)
@@ -120,6 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ams_app.serve import serve
 
         return serve(settings)
+    if args.command == "push-worker":
+        from ams_app.push.run import run_worker
+
+        return run_worker(settings)
     return _admin(args, settings)
 
 

@@ -72,3 +72,11 @@ class AmsError(Exception):
     @classmethod
     def unavailable(cls, message: str) -> AmsError:
         return cls(503, message, "UNAVAILABLE")
+
+    @classmethod
+    def push_verification(cls, detail: str) -> AmsError:
+        return cls(401, f"Endpoint verification failed.{detail}", "UNAUTHORIZED")
+
+    @classmethod
+    def internal_push(cls) -> AmsError:
+        return cls(500, "Push functionality is currently unavailable", "INTERNAL_SERVER_ERROR")

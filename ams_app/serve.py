@@ -19,6 +19,7 @@ from gevent.pool import Pool  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 
 from ams_app import create_app  # noqa: E402
+from ams_app.push.worker import start_push  # noqa: E402
 from ams_app.service.core import AmsService  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
 
@@ -49,12 +50,16 @@ class Server(WSGIServer):  # type: ignore[misc]
         super().handle(sock, address)
 
 
-def serve(settings: Settings) -> int:
+def configure_logging(settings: Settings) -> None:
     logging.basicConfig(
         stream=sys.stdout,
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+
+
+def serve(settings: Settings) -> int:
+    configure_logging(settings)
     app = create_app(settings)
     service: AmsService = app.extensions["ams"]
     tls: dict[str, Any] = {}
@@ -88,7 +93,9 @@ def serve(settings: Settings) -> int:
         server.server_port,
         settings.data_dir,
     )
+    stop_push = start_push(service, settings)
     server.serve_forever()
+    stop_push(settings.shutdown_timeout)
     service.close()
     log.info("stopped")
     return 0

@@ -89,8 +89,34 @@ class Settings:
     max_request_bytes: int = 10 * 1024 * 1024
     #: Most attributes on one message.
     max_attributes: int = 100
+    # --- push delivery ---------------------------------------------------------------------
     #: Push subscriptions can be configured.
     push_enabled: bool = True
+    #: Where push deliveries run: ``in-process`` (inside ``ams serve``) or ``external`` (only
+    #: ``ams push-worker`` processes deliver; this node just reports their status).
+    push_worker: str = "in-process"
+    #: The user that push workers act as: added to the ACL of every active push subscription
+    #: (created with service role push_worker when first needed).
+    push_worker_user: str = "push_worker_0"
+    #: ZooKeeper path under which push workers (backend kafka) register and own subscriptions.
+    #: Empty: ``/ams-push/{mongo_database}``, so that deployments sharing an ensemble stay apart.
+    push_znode: str = ""
+    #: ZooKeeper session timeout of a push worker (seconds): how soon a dead worker's
+    #: subscriptions move to another.
+    push_session_seconds: float = 6.0
+    #: Seconds between two scans of the push subscriptions (new, changed, deleted).
+    push_scan_seconds: float = 2.0
+    #: Seconds a push endpoint (or its verification) may take to answer.
+    push_timeout_seconds: float = 30.0
+    #: Verify the TLS certificates of push endpoints.
+    push_tls_verify: bool = True
+    #: PEM bundle of the CAs that push endpoints' certificates are verified against
+    #: (empty: the system's).
+    push_ca_file: str = ""
+    #: Most push requests one worker has in flight at once.
+    push_max_in_flight: int = 16
+    #: Most push requests per second one worker sends (0: no limit).
+    push_max_rate: float = 200.0
 
     # --- logging ---------------------------------------------------------------------------
     log_level: str = "INFO"
@@ -114,6 +140,7 @@ class Settings:
             "max_publish_messages",
             "max_request_bytes",
             "max_attributes",
+            "push_max_in_flight",
         ):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
@@ -127,7 +154,21 @@ class Settings:
             raise SettingsError("pull_wait_seconds must not be negative")
         if not 1 <= self.default_ack_deadline <= 600:
             raise SettingsError("default_ack_deadline must be between 1 and 600")
+        if self.push_worker not in ("in-process", "external"):
+            raise SettingsError("push_worker must be in-process or external")
+        if self.backend == "kafka" and self.push_enabled and not self.zookeeper_hosts:
+            raise SettingsError("push delivery on backend kafka needs zookeeper_hosts (or push_enabled: false)")
+        for name in ("push_session_seconds", "push_scan_seconds", "push_timeout_seconds"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be positive")
+        if self.push_max_rate < 0:
+            raise SettingsError("push_max_rate must not be negative")
         return self
+
+    @property
+    def push_root(self) -> str:
+        """The ZooKeeper path of the push workers."""
+        return (self.push_znode or f"/ams-push/{self.mongo_database}").rstrip("/")
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}

@@ -39,10 +39,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
 
 
 @pytest.fixture(scope="session")
-def tls_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, str]]:
+def test_ca() -> trustme.CA:
+    """The tests' CA: it issues the servers' certificates and the push receivers'."""
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory, test_ca: trustme.CA) -> Iterator[tuple[str, str, str]]:
     """(cert, key, ca) for 127.0.0.1 and localhost; requests trusts the CA through
-    REQUESTS_CA_BUNDLE, which is how argo-ams-library's calls verify the server."""
-    ca = trustme.CA()
+    REQUESTS_CA_BUNDLE, which is how argo-ams-library's calls verify the server. The servers
+    trust it for push endpoints through AMS_PUSH_CA_FILE."""
+    ca = test_ca
     cert = ca.issue_cert("127.0.0.1", "localhost")
     root = tmp_path_factory.mktemp("tls")
     cert_path, key_path, ca_path = root / "cert.pem", root / "key.pem", root / "ca.pem"
@@ -65,7 +72,9 @@ def server(
     """One HTTPS server per backend for the API tests; each test works in projects of its own."""
     require_backend(request.param)
     data = tmp_path_factory.mktemp(f"ams-{request.param}") / "data"
-    srv = AmsServer(data, tls=(tls_files[0], tls_files[1]), backend=request.param).start()
+    srv = AmsServer(
+        data, tls=(tls_files[0], tls_files[1]), backend=request.param, env={"AMS_PUSH_CA_FILE": tls_files[2]}
+    ).start()
     yield srv
     srv.stop()
 
@@ -91,7 +100,7 @@ def make_server(tmp_path: Path, tls_files: tuple[str, str, str]) -> Iterator[Any
         srv = AmsServer(
             data_dir or tmp_path / "data",
             tls=(tls_files[0], tls_files[1]) if tls else None,
-            env={k.upper(): v for k, v in env.items()},
+            env={"AMS_PUSH_CA_FILE": tls_files[2], **{k.upper(): v for k, v in env.items()}},
             backend=backend,
         )
         started.append(srv)

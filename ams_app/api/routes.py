@@ -23,7 +23,8 @@ from ams_app.api.views import (
 )
 from ams_app.backends.store import Page
 from ams_app.errors import AmsError
-from ams_app.models import User
+from ams_app.models import Subscription, User
+from ams_app.service.push_ops import active
 
 bp = Blueprint("v1", __name__, url_prefix="/v1")
 #: Outside the API: the Prometheus text exposition at /metrics.
@@ -74,7 +75,8 @@ def status() -> Response:
         raise AmsError.unavailable("Backend is unavailable")
     if not svc.settings.push_enabled:
         return ok({"status": "ok", "push_functionality": "disabled"})
-    return ok({"status": "ok", "push_servers": []})
+    servers = svc.push_servers()  # from memory: this never waits on ZooKeeper
+    return ok({"status": "ok" if servers else "warning", "push_servers": servers})
 
 
 @bp.get("/version")
@@ -420,26 +422,32 @@ def registrations_delete(ctx: Ctx, uuid: str) -> Response:
 
 
 # ---------------------------------------------------------------------- subscriptions ------
+def _sub_views(ctx: Ctx, subs: list[Subscription]) -> list[dict[str, Any]]:
+    """Subscriptions as shown, with ``pushStatus`` on the active push ones."""
+    claims = ctx.svc.push_claims() if any(active(s) for s in subs) else None
+    return [sub_view(ctx.proj, s, ctx.svc.push_status(ctx.proj, s, claims) if active(s) else None) for s in subs]
+
+
 @add_route(bp, P + "/subscriptions", "subscriptions:list", "GET")
 def subs_list(ctx: Ctx, project: str) -> Response:
     page = ctx.svc.list_subscriptions(ctx.caller, ctx.proj, *_paging())
-    return _page("subscriptions", [sub_view(ctx.proj, s) for s in page.items], page)
+    return _page("subscriptions", _sub_views(ctx, page.items), page)
 
 
 @add_route(bp, S, "subscriptions:show", "GET")
 def subs_show(ctx: Ctx, project: str, subscription: str) -> Response:
-    return ok(sub_view(ctx.proj, ctx.svc.subscription(ctx.proj, subscription)))
+    return ok(_sub_views(ctx, [ctx.svc.subscription(ctx.proj, subscription)])[0])
 
 
 @add_route(bp, S, "subscriptions:create", "PUT")
 def subs_create(ctx: Ctx, project: str, subscription: str) -> Response:
-    return ok(sub_view(ctx.proj, ctx.svc.create_subscription(ctx.proj, subscription, body())))
+    return ok(_sub_views(ctx, [ctx.svc.create_subscription(ctx.proj, subscription, body())])[0])
 
 
 @add_route(bp, S, "subscriptions:delete", "DELETE")
 def subs_delete(ctx: Ctx, project: str, subscription: str) -> Response:
-    ctx.svc.delete_subscription(ctx.proj, subscription)
-    return empty()
+    message = ctx.svc.delete_subscription(ctx.proj, subscription)
+    return ok({"message": message}) if message else empty()
 
 
 @add_route(bp, S + ":pull", "subscriptions:pull", "POST")
@@ -464,6 +472,12 @@ def subs_modify_deadline(ctx: Ctx, project: str, subscription: str) -> Response:
 @add_route(bp, S + ":modifyPushConfig", "subscriptions:modifyPushConfig", "POST")
 def subs_modify_push(ctx: Ctx, project: str, subscription: str) -> Response:
     ctx.svc.modify_push_config(ctx.proj, subscription, body())
+    return empty()
+
+
+@add_route(bp, S + ":verifyPushEndpoint", "subscriptions:verifyPushEndpoint", "POST")
+def subs_verify_push(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.verify_push_endpoint(ctx.proj, subscription)
     return empty()
 
 

@@ -6,8 +6,9 @@ from typing import Any
 
 from ams_app.backends.store import MetadataStore
 from ams_app.models import Project, Registration, Schema, Subscription, Topic, User
+from ams_app.push.http import message_json
 from ams_app.service.core import Delivery
-from ams_app.timeutil import zulu_nanos, zulu_seconds
+from ams_app.timeutil import zulu_seconds
 
 
 def project_view(store: MetadataStore, project: Project) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def topic_view(project: Project, topic: Topic, schema_name: str | None = None) -
     return out
 
 
-def sub_view(project: Project, sub: Subscription) -> dict[str, Any]:
+def sub_view(project: Project, sub: Subscription, push_status: str | None = None) -> dict[str, Any]:
     push = sub.push
     config: dict[str, Any] = {
         "type": push.type,
@@ -102,22 +103,20 @@ def sub_view(project: Project, sub: Subscription) -> dict[str, Any]:
         if push.retry_type != "slowstart":
             retry["period"] = push.retry_period
         config["retryPolicy"] = retry
-    return {
+    out = {
         "name": f"/projects/{project.name}/subscriptions/{sub.name}",
         "topic": f"/projects/{project.name}/topics/{sub.topic}",
         "pushConfig": config,
         "ackDeadlineSeconds": sub.ack_deadline,
-        "createdOn": zulu_seconds(sub.created_on),
     }
+    if push_status is not None:
+        out["pushStatus"] = push_status
+    out["createdOn"] = zulu_seconds(sub.created_on)
+    return out
 
 
 def delivery_view(delivery: Delivery) -> dict[str, Any]:
-    message: dict[str, Any] = {"messageId": str(delivery.message.offset)}
-    if delivery.message.attributes:
-        message["attributes"] = delivery.message.attributes
-    message["data"] = delivery.message.data
-    message["publishTime"] = zulu_nanos(delivery.message.publish_ns)
-    return {"ackId": delivery.ack_id, "message": message}
+    return {"ackId": delivery.ack_id, "message": message_json(delivery.message, decode=False)}
 
 
 def schema_view(project: Project, schema: Schema) -> dict[str, Any]:

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import random
+import time
 import uuid as uuidlib
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import gevent
 
 from ams_app import auth
 from ams_app.auth import Caller
 from ams_app.backends.log import MessageLog
 from ams_app.backends.store import MetadataStore
 from ams_app.errors import AmsError
-from ams_app.models import Project, Subscription, Topic, User
+from ams_app.models import Cursor, Project, Subscription, Topic, User
 from ams_app.settings import Settings
 from ams_app.timeutil import now_ns
+
+_SWAP_ATTEMPTS = 1000
+_SWAP_SECONDS = 10.0
+R = TypeVar("R")
 
 
 class ServiceBase:
@@ -61,3 +70,20 @@ class ServiceBase:
         if not self.store.create_user(user):
             raise AmsError.conflict("User")
         return user
+
+    def _change_cursor(self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]) -> R:
+        """Apply ``change`` to the subscription's cursor atomically: it returns the new cursor
+        (None: nothing to store) and a result. When another request got there first, try again
+        after a short random pause (so that contenders spread out), for up to _SWAP_SECONDS."""
+        give_up = time.monotonic() + _SWAP_SECONDS
+        for attempt in range(_SWAP_ATTEMPTS):
+            cursor = self.store.get_cursor(project.uuid, name)
+            if cursor is None:
+                raise AmsError.not_found("Subscription")
+            updated, result = change(cursor)
+            if updated is None or self.store.swap_cursor(project.uuid, name, updated):
+                return result
+            if time.monotonic() > give_up:
+                break
+            gevent.sleep(random.uniform(0, 0.005 * min(attempt + 1, 20)))
+        raise AmsError.unavailable("The subscription is too busy, try again")

@@ -6,11 +6,9 @@ import base64
 import binascii
 import dataclasses
 import logging
-import random
 import re
 import time
 import uuid as uuidlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,6 +24,7 @@ from ams_app.models import Cursor, Membership, Project, Subscription, Topic, Use
 from ams_app.service import cursor as cur
 from ams_app.service import push, schemas
 from ams_app.service.metrics_ops import MetricsOps
+from ams_app.service.push_ops import PushOps, active
 from ams_app.service.registration_ops import RegistrationOps
 from ams_app.service.schema_ops import SchemaOps
 from ams_app.service.usage import UsageCounters
@@ -47,8 +46,6 @@ _BAD_SUB = AmsError.invalid_argument("Subscription")
 _BAD_DEADLINE = AmsError.invalid_argument("ackDeadlineSeconds(needs value between 0 and 600)")
 _BAD_PULL = AmsError.invalid_argument("Pull Parameters")
 _BAD_OFFSET = AmsError.invalid_argument("Offset")
-_SWAP_ATTEMPTS = 1000
-_SWAP_SECONDS = 10.0
 _HEALTH_INTERVAL = 2.0
 _HEALTH_TIMEOUT = 5.0
 log = logging.getLogger("ams")
@@ -69,7 +66,7 @@ class Delivery:
     message: StoredMessage
 
 
-class AmsService(SchemaOps, RegistrationOps, MetricsOps):  # each a ServiceBase
+class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a ServiceBase
     def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
         self.settings = settings
         self.store = store
@@ -77,6 +74,7 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):  # each a ServiceBase
         self.stopping = Event()
         self.usage = UsageCounters(store, settings.metrics_flush_seconds)
         self.backend_healthy = True
+        self.push_listeners = []
         self._health_watch = gevent.spawn(self._watch_health)
 
     def _watch_health(self) -> None:
@@ -450,14 +448,24 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):  # each a ServiceBase
         topic = self.topic(project, parts[3])
         _, start = self.log.bounds(topic_key(project, topic.name))
         sub = Subscription(project.uuid, name, topic.name, deadline, config, now_ns(), [])
+        if active(sub):  # mattermost: delivered from the start
+            self._activate(project, sub)
         if not self.store.create_subscription(sub, start):
             raise AmsError.conflict("Subscription")
+        if active(sub):
+            self.push_changed()
         return sub
 
-    def delete_subscription(self, project: Project, name: str) -> None:
+    def delete_subscription(self, project: Project, name: str) -> str | None:
+        """Delete; for an active push subscription, say that its delivery stopped."""
+        sub = self.subscription(project, name)
         if not self.store.delete_subscription(project.uuid, name):
             raise AmsError.not_found("Subscription")
         self.usage.forget(project.uuid, "sub", name)
+        if not active(sub):
+            return None
+        self.push_changed()
+        return f"Subscription /projects/{project.name}/subscriptions/{name} deactivated"
 
     def list_subscriptions(
         self, caller: Caller, project: Project, page_size: str | None, page_token: str | None
@@ -487,10 +495,17 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):  # each a ServiceBase
             raise _BAD_SUB
         sub = self.subscription(project, name)
         config = push.parse(raw, sub.push)
-        if config.enabled and not self.settings.push_enabled:
-            raise AmsError.generic_conflict("Push functionality is currently disabled")
+        if config.enabled:
+            self._check_push_enabled()
+        was_active = active(sub)
+        if was_active:
+            self._deactivate(sub)
         sub.push = config
+        if active(sub):  # mattermost, or the same endpoint, verified already
+            self._activate(project, sub)
         self.store.update_subscription(sub)
+        if was_active or active(sub):
+            self.push_changed()
 
     # ----------------------------------------------------------------- pull and ack -----
     def _live_topic_key(self, project: Project, sub: Subscription) -> str:
@@ -525,23 +540,6 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps):  # each a ServiceBase
             if remaining <= 0 or self.stopping.is_set():
                 return []
             self.log.wait_for_append(key, marker, remaining)
-
-    def _change_cursor(self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]) -> R:
-        """Apply ``change`` to the subscription's cursor atomically: it returns the new cursor
-        (None: nothing to store) and a result. When another request got there first, try again
-        after a short random pause (so that contenders spread out), for up to _SWAP_SECONDS."""
-        give_up = time.monotonic() + _SWAP_SECONDS
-        for attempt in range(_SWAP_ATTEMPTS):
-            cursor = self.store.get_cursor(project.uuid, name)
-            if cursor is None:
-                raise AmsError.not_found("Subscription")
-            updated, result = change(cursor)
-            if updated is None or self.store.swap_cursor(project.uuid, name, updated):
-                return result
-            if time.monotonic() > give_up:
-                break
-            gevent.sleep(random.uniform(0, 0.005 * min(attempt + 1, 20)))
-        raise AmsError.unavailable("The subscription is too busy, try again")
 
     def _lease(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:
         def lease(cursor: Cursor) -> tuple[Cursor | None, list[StoredMessage]]:

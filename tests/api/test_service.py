@@ -22,7 +22,10 @@ def ams(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_status_needs_no_token(server: AmsServer) -> None:
     r = requests.get(f"{server.url}/status", timeout=10)
-    assert (r.status_code, r.json()) == (200, {"status": "ok", "push_servers": []})
+    assert r.status_code == 200
+    status = r.json()
+    assert status["status"] == "ok", status
+    assert [s["status"] for s in status["push_servers"]] == ["SERVING"], status
     assert r.headers["Content-Type"] == "application/json; charset=utf-8"
 
 

@@ -294,6 +294,10 @@ class MongoMetadataStore:
             query["acl"] = acl_user
         return self._page("subscriptions", query, page_size, page_token, lambda d: sub_from_doc(_strip(d) or {}))
 
+    def push_subscriptions(self) -> list[Subscription]:
+        docs = self._c("subscriptions").find({"push.type": {"$nin": ["", None]}})
+        return [sub_from_doc(_strip(d) or {}) for d in docs]
+
     def subscriptions_of_topic(self, project_uuid: str, topic: str) -> list[str]:
         docs = self._c("subscriptions").find({"project_uuid": project_uuid, "topic": topic}, {"name": 1})
         return [d["name"] for d in docs.sort("_id", DESCENDING)]

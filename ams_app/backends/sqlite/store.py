@@ -454,6 +454,15 @@ class SqliteMetadataStore:
             lambda c: _page(c, "subscriptions", where, args, page_size, page_token, lambda r: self._sub(c, r[1]))
         )
 
+    def push_subscriptions(self) -> list[Subscription]:
+        def tx(conn: sqlite3.Connection) -> list[Subscription]:
+            rows = conn.execute(
+                "SELECT doc FROM subscriptions WHERE json_extract(doc, '$.push.type') != '' ORDER BY seq"
+            ).fetchall()
+            return [self._sub(conn, r[0]) for r in rows]
+
+        return self.db.read(tx)
+
     def subscriptions_of_topic(self, project_uuid: str, topic: str) -> list[str]:
         rows = self.db.read(
             lambda c: c.execute(
