@@ -7,13 +7,13 @@ from typing import Any
 
 from ams_app.errors import AmsError
 
-NAME_RE = re.compile(r"^[a-zA-Z0-9_-]+$")
+NAME_RE = re.compile(r"[a-zA-Z0-9_-]+")
 #: Longest name: a Kafka topic is named "{36-character project uuid}.{topic}" in 249 characters.
 MAX_NAME_LENGTH = 200
 
 
 def valid_name(name: str) -> bool:
-    return len(name) <= MAX_NAME_LENGTH and bool(NAME_RE.match(name))
+    return len(name) <= MAX_NAME_LENGTH and bool(NAME_RE.fullmatch(name))
 
 
 def as_object(value: Any, error: AmsError) -> dict[str, Any]:

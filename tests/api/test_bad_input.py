@@ -99,6 +99,7 @@ def test_bad_bodies_elsewhere(
         ("/projects/bad.name/topics/t", "project"),
         ("/projects/bad.name/topics/bad.too", "project"),
         ("/projects/ok/topics/bad%20name", "topic"),
+        ("/projects/ok/topics/newline%0A", "topic"),  # "$" alone would let a trailing newline in
         ("/projects/ok/subscriptions/b%C3%A4d", "subscription"),
         ("/users/x.y", "user"),
     ],
