@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -13,6 +14,22 @@ from ams_app.service.validation import opt_bool, opt_int, opt_str
 
 _BAD = AmsError.invalid_argument("Subscription")
 DEFAULT_RETRY_PERIOD_MS = 3000
+
+
+#: A host name, an IPv4 address or an IPv6 one (urlsplit drops its brackets).
+_HOST = re.compile(r"[A-Za-z0-9._~-]+|[0-9A-Fa-f:.]+")
+
+
+def _valid_https_url(url: str) -> bool:
+    """An absolute https URL with a well-formed host and port (what Go's ParseRequestURI takes)."""
+    if any(c.isspace() or ord(c) < 32 for c in url):
+        return False
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
+    except ValueError:
+        return False
+    return parts.scheme == "https" and bool(parts.hostname) and bool(_HOST.fullmatch(parts.hostname or ""))
 
 
 def is_empty(raw: dict[str, Any]) -> bool:
@@ -74,8 +91,7 @@ def parse(raw: Any, old: PushConfig | None = None) -> PushConfig:
             base64_decode=base64_decode,
         )
 
-    parts = urlsplit(endpoint)
-    if parts.scheme != "https" or not parts.hostname:
+    if not _valid_https_url(endpoint):
         raise AmsError.invalid_data("Push endpoint should be addressed by a valid https url")
     previous = old if old is not None and old.type == "http_endpoint" else None
     auth_value = ""
