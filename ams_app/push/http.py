@@ -63,6 +63,19 @@ def mattermost_body(config: PushConfig, message: StoredMessage) -> dict[str, Any
     }
 
 
+#: Most bytes of an endpoint's answer read (and dropped): reading a small answer to its end lets
+#: the connection go back to the pool; a larger one costs its connection instead.
+_MAX_ANSWER_BYTES = 1024 * 1024
+
+
+def _drain(response: requests.Response) -> None:
+    read = 0
+    for chunk in response.iter_content(64 * 1024):
+        read += len(chunk)
+        if read > _MAX_ANSWER_BYTES:
+            break
+
+
 def _failure(exc: requests.RequestException) -> str:
     if isinstance(exc, requests.Timeout):
         return "timed out"
@@ -100,9 +113,10 @@ class PushClient:
                 timeout=self.timeout,
                 verify=self.verify,
                 allow_redirects=False,
-                stream=True,  # the answer's body is not needed: never read a large one
+                stream=True,
             ) as response:
                 code = response.status_code
+                _drain(response)
         except requests.RequestException as exc:
             return Outcome(False, _failure(exc))
         return Outcome(200 <= code < 300 or code == 102, f"HTTP {code}")
