@@ -119,9 +119,7 @@ def first_occurrences(got: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
-def test_the_other_worker_takes_over_without_loss(
-    cluster: tuple[Api, Workers], receiver: Receiver, how: str
-) -> None:
+def test_the_other_worker_takes_over_without_loss(cluster: tuple[Api, Workers], receiver: Receiver, how: str) -> None:
     api, workers = cluster
     project = api.new_project()
     api.ok("PUT", f"/projects/{project}/topics/t")
