@@ -5,16 +5,18 @@ in-memory batch (greenlets do not preempt each other, so the additions are exact
 background greenlet hands the batch to the store every ``flush_seconds`` as atomic increments,
 which stay exact with many nodes adding at once. Reads add what is not flushed yet, so this
 node's own traffic shows at once; a read that comes while a batch is being written waits for
-that write (milliseconds), as the batch is then in neither place. A crash loses at most the
-last ``flush_seconds`` of counts.
+that write (milliseconds), as the batch is then in neither place, and a read of the store that a
+flush overtook (the batch moved from memory to the store while the read was on its way) reads
+again. A crash loses at most the last ``flush_seconds`` of counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import gevent
 from gevent.event import Event
@@ -23,6 +25,7 @@ from ams_app.backends.store import MetadataStore
 from ams_app.models import Usage, UsageBatch
 
 NS = 1_000_000_000
+T = TypeVar("T")
 log = logging.getLogger("ams")
 
 
@@ -49,6 +52,7 @@ class UsageCounters:
         self._batch = UsageBatch()
         self._settled = Event()  # set while no batch is on its way to the store
         self._settled.set()
+        self._flushes = 0  # batches handed to the store so far
         self._last: dict[tuple[str, tuple[str, str]], int] = {}  # previous event time, for rates
         self._loop: Any = gevent.spawn(self._run) if flush_seconds > 0 else None
 
@@ -74,29 +78,38 @@ class UsageCounters:
     def consumed(self, project_uuid: str, sub: str, messages: int, size: int, now: int) -> None:
         self._add("sub", self._batch.subs, (project_uuid, sub), messages, size, now)
 
+    def _read(self, read_store: Callable[[], T]) -> tuple[T, UsageBatch]:
+        """What the store holds and what this node has not flushed, with no flush in between
+        (else the counts it moved would be in neither, or in both)."""
+        while True:
+            self._settled.wait()
+            flushes = self._flushes
+            stored = read_store()
+            if flushes == self._flushes and self._settled.is_set():
+                return stored, self._batch
+
     def usage(self, kind: str, project_uuid: str, name: str) -> Usage:
-        self._settled.wait()
-        rows = self._batch.topics if kind == "topic" else self._batch.subs
-        return _combine(self.store.usage(kind, project_uuid, name), rows.get((project_uuid, name)))
+        stored, batch = self._read(lambda: self.store.usage(kind, project_uuid, name))
+        rows = batch.topics if kind == "topic" else batch.subs
+        return _combine(stored, rows.get((project_uuid, name)))
 
     def all_usage(self, kind: str) -> list[tuple[str, str, Usage]]:
-        self._settled.wait()
-        rows = dict(self._batch.topics if kind == "topic" else self._batch.subs)
-        out = [(p, n, _combine(u, rows.pop((p, n), None))) for p, n, u in self.store.all_usage(kind)]
+        stored, batch = self._read(lambda: self.store.all_usage(kind))
+        rows = dict(batch.topics if kind == "topic" else batch.subs)
+        out = [(p, n, _combine(u, rows.pop((p, n), None))) for p, n, u in stored]
         return out + [(p, n, dataclasses.replace(u)) for (p, n), u in rows.items()]
 
     def daily_messages(self, project_uuid: str, topic: str | None, days: int) -> list[tuple[str, int]]:
-        self._settled.wait()
-        counts = dict(self.store.daily_messages(project_uuid, topic, days))
-        for (p, t, day), n in self._batch.daily.items():
+        stored, batch = self._read(lambda: self.store.daily_messages(project_uuid, topic, days))
+        counts = dict(stored)
+        for (p, t, day), n in batch.daily.items():
             if p == project_uuid and (topic is None or t == topic):
                 counts[day] = counts.get(day, 0) + n
         return sorted(counts.items(), reverse=True)[:days]
 
     def daily_totals(self, start: str, end: str) -> dict[str, int]:
-        self._settled.wait()
-        totals = self.store.daily_totals(start, end)
-        for (p, _, day), n in self._batch.daily.items():
+        totals, batch = self._read(lambda: self.store.daily_totals(start, end))
+        for (p, _, day), n in batch.daily.items():
             if start <= day <= end:
                 totals[p] = totals.get(p, 0) + n
         return totals
@@ -118,6 +131,7 @@ class UsageCounters:
         batch, self._batch = self._batch, UsageBatch()
         if batch.empty():
             return
+        self._flushes += 1
         self._settled.clear()
         try:
             self.store.add_usage(batch)
