@@ -56,7 +56,13 @@ class Coordinator(Protocol):
 
     def claim(self, key: str, claim: Claim) -> bool: ...
     def owns(self, key: str) -> bool:
-        """This worker holds ``key`` and may deliver now (no doubt about its session)."""
+        """This worker holds ``key`` as far as it knows (no doubt about its session)."""
+        ...
+
+    def confirm(self, key: str) -> bool:
+        """``owns``, checked with the coordinator itself: right before each delivery, so that a
+        worker that was cut off (paused, partitioned) and lost its claim meanwhile learns it
+        before it posts rather than after."""
         ...
 
     def report(self, key: str, claim: Claim) -> None: ...
@@ -96,6 +102,9 @@ class LocalCoordinator:
 
     def owns(self, key: str) -> bool:
         return self._running and key in self._claims
+
+    def confirm(self, key: str) -> bool:
+        return self.owns(key)
 
     def report(self, key: str, claim: Claim) -> None:
         if key in self._claims:
@@ -237,6 +246,21 @@ class ZkCoordinator:
 
     def owns(self, key: str) -> bool:
         return not self._suspended and key in self._versions
+
+    def confirm(self, key: str) -> bool:
+        from kazoo.exceptions import KazooException
+
+        if not self.owns(key):
+            return False
+        try:  # a request on an expired session fails: the claim is not ours any more
+            stat = self.client.exists(self._path("owners", key))
+        except KazooException:
+            return False
+        session = self.client.client_id
+        if stat is None or session is None or stat.ephemeralOwner != session[0]:
+            self._versions.pop(key, None)
+            return False
+        return True
 
     def report(self, key: str, claim: Claim) -> None:
         from kazoo.exceptions import BadVersionError, KazooException, NoNodeError

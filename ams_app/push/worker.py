@@ -24,7 +24,7 @@ from ams_app.models import Project, Subscription
 from ams_app.push.coordination import Claim, Coordinator, LocalCoordinator, ZkCoordinator, preferred_worker
 from ams_app.push.http import PushClient
 from ams_app.push.pacing import Pacer, RateLimiter
-from ams_app.service.push_ops import push_key
+from ams_app.service.push_ops import active, push_key
 from ams_app.settings import Settings
 
 if TYPE_CHECKING:
@@ -91,6 +91,19 @@ class Runner:
                     continue
                 if self.stopping.wait(max(self.pacer.next_at() - time.monotonic(), 0)):
                     break
+                # the configuration as it is now, not as of the last scan: once a modify or a
+                # delete has answered, no request goes out under the old one
+                try:
+                    current = svc.store.get_subscription(project.uuid, sub.name)
+                except Exception:
+                    log.exception("push: reading %s", self.name)
+                    self.stopping.wait(_ERROR_PAUSE)
+                    continue
+                if current is None or not active(current):
+                    break
+                if current.push != sub.push:
+                    self.sub = current
+                    continue
                 if not self._post_and_commit(project, sub, version, messages):
                     break
         finally:
@@ -103,7 +116,7 @@ class Runner:
         worker = self.worker
         gevent.sleep(worker.rate.delay())
         with worker.in_flight:
-            if not worker.coordinator.owns(self.key) or self.stopping.is_set():
+            if self.stopping.is_set() or not worker.coordinator.confirm(self.key):
                 return False
             outcome = worker.client.deliver(sub.push, self.name, messages)
         self.pacer.record(outcome.ok)

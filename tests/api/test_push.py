@@ -380,3 +380,18 @@ def test_push_disabled_refuses_configs_and_verification(make_server: Any, tmp_pa
     r = api.post(f"/projects/{project}/subscriptions/s:verifyPushEndpoint")
     assert error_of(r) == (409, "Push functionality is currently disabled", "CONFLICT")
     assert api.ok("GET", "/status") == {"status": "ok", "push_functionality": "disabled"}
+
+
+def test_delivery_survives_its_topic_being_deleted_and_created_again(
+    api: Api, project: str, topic: str, receiver: Receiver
+) -> None:
+    name, _ = verified_sub(api, project, topic, receiver)
+    api.publish(project, topic, "before")
+    receiver.wait_for(1)
+    api.ok("DELETE", f"/projects/{project}/topics/{topic}")
+    time.sleep(1.5)  # the worker reads a topic that is gone for a while
+    sub = api.ok("GET", f"/projects/{project}/subscriptions/{name}")
+    assert sub["pushStatus"].startswith(f"Subscription /projects/{project}/subscriptions/{name} is currently active")
+    api.ok("PUT", f"/projects/{project}/topics/{topic}")
+    api.publish(project, topic, "after")
+    assert payloads(receiver.wait_for(2)) == ["before", "after"]
