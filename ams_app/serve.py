@@ -15,6 +15,7 @@ import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
 import gevent  # noqa: E402
+from gevent.event import Event  # noqa: E402
 from gevent.pool import Pool  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 
@@ -76,10 +77,16 @@ def serve(settings: Settings) -> int:
     )
     server.client_timeout = settings.client_timeout
 
+    stop_push = start_push(service, settings)
+    stopped = Event()
+
     def stop(signum: int) -> None:
         log.info("signal %d: stopping (in-flight requests get %.0fs)", signum, settings.shutdown_timeout)
         service.stopping.set()  # waiting pulls answer now
+        pushing = gevent.spawn(stop_push, settings.shutdown_timeout)  # posts in flight finish meanwhile
         server.stop(timeout=settings.shutdown_timeout)
+        pushing.join()
+        stopped.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(signum, lambda s=signum: gevent.spawn(stop, s))
@@ -93,9 +100,8 @@ def serve(settings: Settings) -> int:
         server.server_port,
         settings.data_dir,
     )
-    stop_push = start_push(service, settings)
     server.serve_forever()
-    stop_push(settings.shutdown_timeout)
+    stopped.wait(2 * settings.shutdown_timeout + 5)  # the push worker's stop, bounded
     service.close()
     log.info("stopped")
     return 0

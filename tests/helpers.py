@@ -134,7 +134,7 @@ class AmsServer:
         env = {**os.environ, "AMS_SERVICE_TOKEN": self.token, **self.env}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.log()}")

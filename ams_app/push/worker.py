@@ -68,27 +68,32 @@ class Runner:
         svc, coordinator = self.worker.service, self.worker.coordinator
         log.info("push: delivering %s", self.name)
         read_errors = 0
+        # a batch that failed is sent again as it is (no store reads per retry); a replay
+        # meanwhile makes its acknowledgement fail, and then the batch is read anew
+        pending: tuple[int, list[StoredMessage]] | None = None
         try:
             while not self.stopping.is_set() and coordinator.owns(self.key):
                 project, sub = self.project, self.sub
                 config = sub.push
                 self.pacer.reconfigure(config.retry_type, config.retry_period)
                 topic_key = f"{project.uuid}.{sub.topic}"
-                try:
-                    marker = svc.log.marker(topic_key)
-                    version, messages = svc.push_fetch(project, sub, config.max_messages)
-                except Exception as exc:
-                    read_errors += 1
-                    if read_errors == 1:
-                        log.exception("push: reading %s", self.name)
-                    else:
-                        log.debug("push: reading %s: %s", self.name, exc)
-                    self.stopping.wait(_ERROR_PAUSE)
-                    continue
-                read_errors = 0
-                if not messages:
-                    svc.log.wait_for_append(topic_key, marker, _IDLE_POLL)
-                    continue
+                if pending is None:
+                    try:
+                        marker = svc.log.marker(topic_key)
+                        version, messages = svc.push_fetch(project, sub, config.max_messages)
+                    except Exception as exc:
+                        read_errors += 1
+                        if read_errors == 1:
+                            log.exception("push: reading %s", self.name)
+                        else:
+                            log.debug("push: reading %s: %s", self.name, exc)
+                        self.stopping.wait(_ERROR_PAUSE)
+                        continue
+                    read_errors = 0
+                    if not messages:
+                        svc.log.wait_for_append(topic_key, marker, _IDLE_POLL)
+                        continue
+                    pending = version, messages
                 if self.stopping.wait(max(self.pacer.next_at() - time.monotonic(), 0)):
                     break
                 # the configuration as it is now, not as of the last scan: once a modify or a
@@ -102,29 +107,34 @@ class Runner:
                 if current is None or not active(current):
                     break
                 if current.push != sub.push:
-                    self.sub = current
+                    self.sub, pending = current, None
                     continue
-                if not self._post_and_commit(project, sub, version, messages):
+                outcome = self._post_and_commit(project, sub, *pending)
+                if outcome is None:
                     break
+                if outcome:
+                    pending = None
         finally:
             coordinator.release(self.key)
             log.info("push: stopped delivering %s (%d messages delivered)", self.name, self.delivered)
 
     def _post_and_commit(
         self, project: Project, sub: Subscription, version: int, messages: list[StoredMessage]
-    ) -> bool:
+    ) -> bool | None:
+        """Post and, on success, acknowledge: True (done), False (failed: again later), None
+        (the claim is gone or the runner stops: nothing was sent)."""
         worker = self.worker
         gevent.sleep(worker.rate.delay())
         with worker.in_flight:
             if self.stopping.is_set() or not worker.coordinator.confirm(self.key):
-                return False
+                return None
             outcome = worker.client.deliver(sub.push, self.name, messages)
         self.pacer.record(outcome.ok)
         if not outcome.ok:
             self.failures += 1
             log.warning("push: %s: delivery failed (%s), attempt %d", self.name, outcome.detail, self.failures)
             worker.coordinator.report(self.key, self._claim(outcome.detail))
-            return True
+            return False
         try:
             if worker.service.push_commit(project, sub, version, messages):
                 self.delivered += len(messages)

@@ -28,6 +28,15 @@ def receiver(test_ca: trustme.CA) -> Iterator[Receiver]:
 
 
 @pytest.fixture
+def project(api: Api) -> Iterator[str]:
+    """A project of the test's own, deleted afterwards: its push subscriptions (some with
+    endpoints that are gone) stop with it instead of loading the shared server."""
+    name = api.new_project()
+    yield name
+    api.delete(f"/projects/{name}")
+
+
+@pytest.fixture
 def topic(api: Api, project: str) -> str:
     name = unique("topic")
     api.ok("PUT", f"/projects/{project}/topics/{name}")
