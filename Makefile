@@ -70,3 +70,40 @@ cluster-down: venv
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+
+# --- Ansible (docs/ansible.md) --------------------------------------------------------------
+.PHONY: image image-check molecule molecule-all lint-ansible test-static
+# Molecule and ansible-lint run ansible-config, ansible-playbook and pytest from PATH.
+ANSIBLE_PATH := PATH="$(CURDIR)/$(BIN):$$PATH"
+MOLECULE_SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
+S ?=
+
+## The systemd image the Molecule scenarios run on: podman, runc, debootstrap and containers.conf,
+## then debootstrap + podman import (skipped while up to date)
+image: venv
+	$(BIN)/python tools/image.py setup
+	$(BIN)/python tools/image.py build
+
+## Boot the image once and wait for systemd to reach "running"
+image-check: image
+	$(BIN)/python tools/image.py check
+
+## Molecule (create, converge, idempotence, verify, destroy): `make molecule S=java` for one scenario,
+## without S every scenario under molecule/
+molecule: image
+	@set -e; for s in $(if $(S),$(S),$(MOLECULE_SCENARIOS)); do \
+		echo "== molecule test -s $$s"; \
+		$(ANSIBLE_PATH) $(BIN)/molecule --base-config .config/molecule/config.yml test -s $$s; \
+	done
+
+molecule-all:
+	$(MAKE) molecule S=
+
+## yamllint and ansible-lint (production profile) over the repository
+lint-ansible: venv
+	$(BIN)/yamllint -s .
+	$(ANSIBLE_PATH) $(BIN)/ansible-lint
+
+## The fast repository-wide checks: argument specs = defaults, linters clean
+test-static: venv
+	$(BIN)/pytest -q tests/static

@@ -1,0 +1,37 @@
+"""Testinfra checks for the java role (run by `molecule verify` in the scenario's container)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+PACKAGE = "openjdk-17-jre-headless"
+MIN_VERSION = 17
+
+
+def test_package_is_installed(host):
+    assert host.package(PACKAGE).is_installed
+
+
+def test_java_runs_and_is_recent_enough(host):
+    # java -version writes to stderr
+    result = host.run("java -version")
+    assert result.rc == 0, result.stderr
+    match = re.search(r'version "(?:1\.)?(\d+)', result.stderr)
+    assert match, result.stderr
+    assert int(match.group(1)) >= MIN_VERSION
+
+
+def test_java_is_on_the_default_path(host):
+    java = host.file("/usr/bin/java")
+    assert java.is_symlink
+    assert host.file(java.linked_to).is_file
+
+
+@pytest.mark.parametrize("path", ["/etc", "/usr", "/usr/lib/jvm"])
+def test_no_collateral_damage(host, path):
+    directory = host.file(path)
+    assert directory.is_directory
+    assert directory.user == "root"
+    assert directory.group == "root"

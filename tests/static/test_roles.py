@@ -1,0 +1,136 @@
+"""Fast repository-wide checks of the Ansible side (house style B4, B8, B9); no containers, no network.
+
+- every role's ``defaults/main.yml`` mirrors ``meta/argument_specs.yml`` (keys, and values = spec defaults);
+- yamllint and ansible-lint (production profile, ``.ansible-lint``) are clean over the repository;
+- every playbook (``playbooks/*.yml`` and each Molecule ``converge.yml``) passes ``--syntax-check``;
+- every inventory parses with ``ansible-inventory``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
+PLAYBOOKS = sorted(
+    str(p.relative_to(ROOT))
+    for p in [*(ROOT / "playbooks").glob("*.yml"), *(ROOT / "molecule").glob("*/converge.yml")]
+    if p.is_file()
+)
+INVENTORIES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "inventories").glob("*/hosts.yml"))
+#: The toolchain pinned in requirements-dev.txt, next to the interpreter running the tests.
+VENV_BIN = Path(sys.executable).parent
+ROLE_FILES = ("README.md", "defaults/main.yml", "meta/main.yml", "meta/argument_specs.yml", "tasks/main.yml")
+TOOL_TIMEOUT = 240
+
+
+def _load(path: Path) -> Any:
+    with path.open() as stream:
+        return yaml.safe_load(stream)
+
+
+def _tool(name: str) -> str:
+    path = VENV_BIN / name
+    if not path.exists():
+        pytest.fail(f"{name} is not installed next to {sys.executable}: make venv (requirements-dev.txt)")
+    return str(path)
+
+
+def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """Run a tool from the repository root with the venv first on PATH (ansible-lint calls ansible-*)."""
+    env = {
+        **os.environ,
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "NO_COLOR": "1",
+    }
+    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TOOL_TIMEOUT, check=False)
+
+
+def _spec_options(role: str) -> dict[str, dict[str, Any]]:
+    spec = _load(ROOT / "roles" / role / "meta" / "argument_specs.yml")
+    options = spec["argument_specs"]["main"].get("options") or {}
+    assert isinstance(options, dict), f"{role}: argument_specs main.options is not a mapping"
+    return options
+
+
+def _defaults(role: str) -> dict[str, Any]:
+    defaults = _load(ROOT / "roles" / role / "defaults" / "main.yml") or {}
+    assert isinstance(defaults, dict), f"{role}: defaults/main.yml is not a mapping"
+    return defaults
+
+
+def test_there_are_roles_and_playbooks() -> None:
+    assert ROLES, "no role under roles/"
+    assert PLAYBOOKS, "no playbook under playbooks/ and no molecule/*/converge.yml"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_has_the_standard_files(role: str) -> None:
+    missing = [f for f in ROLE_FILES if not (ROOT / "roles" / role / f).is_file()]
+    assert not missing, f"roles/{role} lacks {missing}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_keys_equal_argument_spec_options(role: str) -> None:
+    options = _spec_options(role)
+    optional = {name for name, option in options.items() if not option.get("required", False)}
+    defaults = set(_defaults(role))
+    assert defaults == optional, (
+        f"roles/{role}: only in defaults/main.yml: {sorted(defaults - optional)}; "
+        f"only in meta/argument_specs.yml: {sorted(optional - defaults)}"
+    )
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_defaults_values_equal_argument_spec_defaults(role: str) -> None:
+    options = _spec_options(role)
+    differing = {
+        name: {"defaults/main.yml": value, "argument_specs.yml": options[name].get("default")}
+        for name, value in _defaults(role).items()
+        if name in options and options[name].get("default") != value
+    }
+    assert not differing, f"roles/{role}: {differing}"
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_argument_spec_options_are_documented_and_typed(role: str) -> None:
+    for name, option in _spec_options(role).items():
+        assert name.startswith(f"{role}_"), f"roles/{role}: {name} lacks the {role}_ prefix"
+        assert option.get("description"), f"roles/{role}: {name} has no description"
+        assert option.get("type"), f"roles/{role}: {name} has no type"
+        if option.get("type") == "list":
+            assert option.get("elements"), f"roles/{role}: list {name} has no elements"
+        if option.get("required", False):
+            assert "default" not in option, f"roles/{role}: required {name} also has a default"
+
+
+def test_yamllint_is_clean() -> None:
+    done = _run([_tool("yamllint"), "--strict", "--format", "parsable", "."])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_ansible_lint_is_clean() -> None:
+    done = _run([_tool("ansible-lint"), "--nocolor"])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("playbook", PLAYBOOKS)
+def test_playbook_syntax(playbook: str) -> None:
+    done = _run([_tool("ansible-playbook"), "--syntax-check", playbook])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_inventory_parses(inventory: str) -> None:
+    done = _run([_tool("ansible-inventory"), "-i", inventory, "--list"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "_meta" in done.stdout
