@@ -424,7 +424,8 @@ def registrations_delete(ctx: Ctx, uuid: str) -> Response:
 # ---------------------------------------------------------------------- subscriptions ------
 def _sub_views(ctx: Ctx, subs: list[Subscription]) -> list[dict[str, Any]]:
     """Subscriptions as shown, with ``pushStatus`` on the active push ones."""
-    claims = ctx.svc.push_claims() if any(active(s) for s in subs) else None
+    pushed = [s for s in subs if active(s)]
+    claims = ctx.svc.push_claims(ctx.proj, pushed) if pushed else None
     return [sub_view(ctx.proj, s, ctx.svc.push_status(ctx.proj, s, claims) if active(s) else None) for s in subs]
 
 

@@ -50,8 +50,8 @@ class Coordinator(Protocol):
         ...
 
     def workers(self) -> list[str]: ...
-    def claims(self) -> dict[str, Claim]:
-        """key -> claim of every owned subscription."""
+    def claims(self, keys: list[str]) -> dict[str, Claim]:
+        """key -> claim, of those of ``keys`` that some worker owns."""
         ...
 
     def claim(self, key: str, claim: Claim) -> bool: ...
@@ -91,8 +91,8 @@ class LocalCoordinator:
     def workers(self) -> list[str]:
         return [self.worker_id] if self._running else []
 
-    def claims(self) -> dict[str, Claim]:
-        return {key: dict(claim) for key, claim in self._claims.items()}
+    def claims(self, keys: list[str]) -> dict[str, Claim]:
+        return {key: dict(self._claims[key]) for key in keys if key in self._claims}
 
     def claim(self, key: str, claim: Claim) -> bool:
         if key in self._claims:
@@ -210,14 +210,10 @@ class ZkCoordinator:
     def workers(self) -> list[str]:
         return list(self._workers) if self.client.connected else []
 
-    def claims(self) -> dict[str, Claim]:
+    def claims(self, keys: list[str]) -> dict[str, Claim]:
         from kazoo.exceptions import KazooException, NoNodeError
 
         out: dict[str, Claim] = {}
-        try:
-            keys = self.client.get_children(self._path("owners"))
-        except KazooException:
-            return out
         for key in keys:
             try:
                 data, _ = self.client.get(self._path("owners", key))

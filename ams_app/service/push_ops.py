@@ -160,10 +160,11 @@ class PushOps(ServiceBase):
             return f"{active_on}; the last {failures} deliveries failed, the latest with: {claim.get('error')}"
         return active_on
 
-    def push_claims(self) -> dict[str, dict[str, object]] | None:
+    def push_claims(self, project: Project, subs: list[Subscription]) -> dict[str, dict[str, object]] | None:
+        """The workers' claims on ``subs`` (one read each); None when no worker is live."""
         if self.push_monitor is None or not self.push_monitor.workers():
             return None
-        return self.push_monitor.claims()
+        return self.push_monitor.claims([push_key(project.uuid, s.name) for s in subs])
 
     def push_servers(self) -> list[dict[str, str]]:
         if self.push_monitor is None:
