@@ -109,6 +109,22 @@ def publish_in_background(api: Api, project: str, topic: str, sent: list[str]) -
     return lambda: thread.join(120)
 
 
+def start_stream(
+    api: Api, workers: Workers, receiver: Receiver, count: int, delivered_first: int
+) -> tuple[str, str, list[str], Callable[[], None], subprocess.Popen[bytes]]:
+    """A verified push subscription (5 messages a request, 20 ms apart) on a topic that gets
+    ``count`` messages in the background; returns once ``delivered_first`` have arrived:
+    (project, subscription, what is sent, join the publisher, the owning worker)."""
+    project = api.new_project()
+    api.ok("PUT", f"/projects/{project}/topics/t")
+    sub, _ = verified_sub(api, project, "t", receiver, maxMessages=5, retryPolicy={"type": "linear", "period": 20})
+    sent = [f"m{i:04d}" for i in range(count)]
+    join = publish_in_background(api, project, "t", sent)
+    receiver.wait_for(delivered_first, timeout=90)
+    owner = wait_until(lambda: owner_pid(api, project, sub), what="an owner")
+    return project, sub, sent, join, workers.by_pid(owner)
+
+
 def first_occurrences(got: list[str]) -> list[str]:
     seen: set[str] = set()
     out = []
@@ -122,15 +138,10 @@ def first_occurrences(got: list[str]) -> list[str]:
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_the_other_worker_takes_over_without_loss(cluster: tuple[Api, Workers], receiver: Receiver, how: str) -> None:
     api, workers = cluster
-    project = api.new_project()
-    api.ok("PUT", f"/projects/{project}/topics/t")
-    sub, _ = verified_sub(api, project, "t", receiver, maxMessages=5, retryPolicy={"type": "linear", "period": 20})
-    sent = [f"m{i:04d}" for i in range(600)]
-    join = publish_in_background(api, project, "t", sent)
-    receiver.wait_for(100, timeout=90)
-    first = wait_until(lambda: owner_pid(api, project, sub), what="an owner")
+    project, sub, sent, join, owner = start_stream(api, workers, receiver, 600, 100)
+    first = owner.pid
     killed_at = time.monotonic()
-    workers.by_pid(first).send_signal(signal.SIGKILL if how == "SIGKILL" else signal.SIGTERM)
+    owner.send_signal(signal.SIGKILL if how == "SIGKILL" else signal.SIGTERM)
     join()
     try:
         wait_until(lambda: set(sent) <= set(payloads(receiver.accepted_messages())), 120, "every message")
@@ -165,14 +176,8 @@ def test_a_paused_owner_loses_its_claim_and_posts_nothing_when_it_wakes(
     """SIGSTOP beyond the session timeout is a worker cut off from ZooKeeper: the other takes
     over; when the paused one runs again it must find its claim gone before posting."""
     api, workers = cluster
-    project = api.new_project()
-    api.ok("PUT", f"/projects/{project}/topics/t")
-    sub, _ = verified_sub(api, project, "t", receiver, maxMessages=5, retryPolicy={"type": "linear", "period": 20})
-    sent = [f"m{i:04d}" for i in range(400)]
-    join = publish_in_background(api, project, "t", sent)
-    receiver.wait_for(50, timeout=90)
-    first = wait_until(lambda: owner_pid(api, project, sub), what="an owner")
-    paused = workers.by_pid(first)
+    project, sub, sent, join, paused = start_stream(api, workers, receiver, 400, 50)
+    first = paused.pid
     paused.send_signal(signal.SIGSTOP)
     try:
         wait_until(lambda: owner_pid(api, project, sub) not in (None, first), 60, "the other worker took over")
