@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -25,6 +24,7 @@ from typing import Any, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from gevent import monkey
 from gevent.threadpool import ThreadPool
 
 from ams_app.backends.log import NewMessage, StoredMessage
@@ -109,7 +109,9 @@ class KafkaMessageLog:
         self._admin = AdminClient(base)
         self._pool = ThreadPool(threads)
         self._consumers: list[Consumer] = []
-        self._consumers_lock = threading.Lock()  # taken only inside pool threads
+        # taken only inside the pool's OS threads: a real lock, not the greenlet lock that
+        # monkey-patching puts in threading (one of those left a pool thread waiting for ever)
+        self._consumers_lock = monkey.get_original("threading", "Lock")()
         self._notifier = AppendNotifier(_RECHECK_SECONDS)
 
     # ----------------------------------------------------------------- plumbing -------------
