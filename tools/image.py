@@ -23,9 +23,12 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
+import toolkit
 
 # --- what the image is ----------------------------------------------------------------------
 #: Bump to force a rebuild when something not in the lists below changes (the rootfs tweaks).
@@ -110,7 +113,7 @@ DEBOOTSTRAP_TIMEOUT = 1800.0
 IMPORT_TIMEOUT = 900.0
 PODMAN_TIMEOUT = 120.0
 BOOT_TIMEOUT = 90.0
-LOG_TAIL_LINES = 40
+LOG_TAIL_LINES = toolkit.LOG_TAIL_LINES
 
 
 class ImageError(RuntimeError):
@@ -289,17 +292,17 @@ def podman_run_argv(name: str, image: str = IMAGE) -> list[str]:
 # ============================================================================================
 # commands
 # ============================================================================================
-def _run(argv: Sequence[str], *, timeout: float, what: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]
-    except subprocess.TimeoutExpired as exc:
-        raise ImageError(f"{what}: no result after {timeout:.0f}s ({' '.join(argv)})") from exc
-    except FileNotFoundError as exc:
-        raise ImageError(f"{what}: {argv[0]} not found (python tools/image.py setup)") from exc
-    if done.returncode != 0:
-        out = (done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:]
-        raise ImageError(f"{what} failed (exit {done.returncode}): {' '.join(argv)}\n" + "\n".join(out))
-    return done  # type: ignore[no-any-return]
+def _run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    what: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return toolkit.run(
+        argv, timeout=timeout, what=what, error=ImageError, hint="python tools/image.py setup", env=env, cwd=cwd
+    )
 
 
 def _require_root(what: str) -> None:

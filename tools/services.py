@@ -37,6 +37,9 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
+import toolkit
+
 # --- versions -------------------------------------------------------------------------------
 KAFKA_VERSION = "3.9.1"
 SCALA_VERSION = "2.13"
@@ -88,7 +91,7 @@ NODE_STOP_TIMEOUT = 25.0  # above the node's shutdown_timeout (15 s)
 LB_READY_TIMEOUT = 30.0
 APT_TIMEOUT = 900.0
 BUILD_TIMEOUT = 900.0
-LOG_TAIL_LINES = 40
+LOG_TAIL_LINES = toolkit.LOG_TAIL_LINES
 
 
 class ServiceError(RuntimeError):
@@ -508,17 +511,15 @@ def _locked(directory: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _run(argv: Sequence[str], *, timeout: float, what: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    try:
-        done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]
-    except subprocess.TimeoutExpired as exc:
-        raise ServiceError(f"{what}: no result after {timeout:.0f}s ({' '.join(argv)})") from exc
-    except FileNotFoundError as exc:
-        raise ServiceError(f"{what}: {argv[0]} not found") from exc
-    if done.returncode != 0:
-        out = (done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:]
-        raise ServiceError(f"{what} failed (exit {done.returncode}): {' '.join(argv)}\n" + "\n".join(out))
-    return done  # type: ignore[no-any-return]
+def _run(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    what: str,
+    env: Mapping[str, str] | None = None,
+    cwd: str | os.PathLike[str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    return toolkit.run(argv, timeout=timeout, what=what, error=ServiceError, env=env, cwd=cwd)
 
 
 # ============================================================================================
