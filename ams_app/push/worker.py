@@ -24,6 +24,7 @@ from ams_app.models import Project, Subscription
 from ams_app.push.coordination import Claim, Coordinator, LocalCoordinator, ZkCoordinator, preferred_worker
 from ams_app.push.http import PushClient
 from ams_app.push.pacing import Pacer, RateLimiter
+from ams_app.service.base import topic_key
 from ams_app.service.push_ops import active, push_key
 from ams_app.settings import Settings
 
@@ -76,10 +77,10 @@ class Runner:
                 project, sub = self.project, self.sub
                 config = sub.push
                 self.pacer.reconfigure(config.retry_type, config.retry_period)
-                topic_key = f"{project.uuid}.{sub.topic}"
+                log_key = topic_key(project, sub.topic)
                 if pending is None:
                     try:
-                        marker = svc.log.marker(topic_key)
+                        marker = svc.log.marker(log_key)
                         version, messages = svc.push_fetch(project, sub, config.max_messages)
                     except Exception as exc:
                         read_errors += 1
@@ -91,7 +92,7 @@ class Runner:
                         continue
                     read_errors = 0
                     if not messages:
-                        svc.log.wait_for_append(topic_key, marker, _IDLE_POLL)
+                        svc.log.wait_for_append(log_key, marker, _IDLE_POLL)
                         continue
                     pending = version, messages
                 if self.stopping.wait(max(self.pacer.next_at() - time.monotonic(), 0)):

@@ -24,6 +24,11 @@ _SWAP_SECONDS = 10.0
 R = TypeVar("R")
 
 
+def topic_key(project: Project, topic_name: str) -> str:
+    """The log's name for a topic: ``{project uuid}.{topic}``, as the Kafka topic name."""
+    return f"{project.uuid}.{topic_name}"
+
+
 class ServiceBase:
     store: MetadataStore
     log: MessageLog

@@ -23,6 +23,7 @@ from ams_app.errors import AmsError
 from ams_app.models import Cursor, Membership, Project, Subscription, Topic, User
 from ams_app.service import cursor as cur
 from ams_app.service import push, schemas
+from ams_app.service.base import topic_key
 from ams_app.service.metrics_ops import MetricsOps
 from ams_app.service.push_ops import PushOps, active
 from ams_app.service.registration_ops import RegistrationOps
@@ -53,11 +54,6 @@ log = logging.getLogger("ams")
 _MAX_PAGE_SIZE = 2**31 - 1
 _INT64 = (-(2**63), 2**63 - 1)
 R = TypeVar("R")
-
-
-def topic_key(project: Project, topic_name: str) -> str:
-    """The log's name for a topic: ``{project uuid}.{topic}``, as the Kafka topic name."""
-    return f"{project.uuid}.{topic_name}"
 
 
 @dataclass

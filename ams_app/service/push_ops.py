@@ -13,7 +13,7 @@ from ams_app.models import Cursor, Membership, Project, Subscription, User
 from ams_app.push.coordination import Coordinator
 from ams_app.push.http import PushClient
 from ams_app.service import cursor as cur
-from ams_app.service.base import ServiceBase
+from ams_app.service.base import ServiceBase, topic_key
 from ams_app.service.usage import UsageCounters
 from ams_app.timeutil import now_ns
 
@@ -110,14 +110,11 @@ class PushOps(ServiceBase):
                 out.append((project, sub))
         return out
 
-    def _topic_key(self, project: Project, sub: Subscription) -> str:
-        return f"{project.uuid}.{sub.topic}"
-
     def push_fetch(self, project: Project, sub: Subscription, max_messages: int) -> tuple[int, list[StoredMessage]]:
         """The next messages of a subscription that this worker owns, from its first
         unacknowledged offset, without leases (nobody else delivers it); with the version of
         the cursor they were read at, for push_commit."""
-        key = self._topic_key(project, sub)
+        key = topic_key(project, sub.topic)
         low, high = self.log.bounds(key)
         cursor = self.store.get_cursor(project.uuid, sub.name)
         if cursor is None:
