@@ -1,11 +1,13 @@
-"""The ``ams`` command: ``serve``, ``push-worker``, the admin verbs and ``republish``."""
+"""The ``ams`` command: ``serve``, ``push-worker``, ``check-config``, the admin verbs and ``republish``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ams_app.settings import Settings, SettingsError, load_settings
@@ -40,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("push-worker", help="deliver push subscriptions (backend kafka; ZooKeeper shares them)")
     common(worker)
 
+    check = sub.add_parser("check-config", help="validate the settings (exit 2 with the reason when they are not)")
+    common(check)
+
     admin = sub.add_parser("admin", help="administer projects and users from the shell")
     verbs = admin.add_subparsers(dest="verb", required=True)
     boot = verbs.add_parser("bootstrap", help="ensure a service admin user exists; print its token")
@@ -64,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     token = verbs.add_parser("show-token", help="print a user's token")
     common(token)
     token.add_argument("name")
+    metrics = verbs.add_parser(
+        "metrics", help="write the service-wide Prometheus figures to a file (for a textfile collector)"
+    )
+    common(metrics)
+    metrics.add_argument("--output", required=True, help="the file to replace atomically, e.g. .../ams.prom")
 
     republish = sub.add_parser("republish", help="republish a subscription's messages to topics chosen per message")
     republish.add_argument("config_file", metavar="CONFIG", help="the republisher's YAML file (docs/republisher.md)")
@@ -100,12 +110,25 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(user_view(store, created_user, privileged=True), indent=2))
         elif args.verb == "show-token":
             print(svc.user(args.name).token)
+        elif args.verb == "metrics":
+            _write_atomically(Path(args.output), svc.prometheus_text(node=False))
     except AmsError as exc:
         print(f"ams: {exc.message}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"ams: {exc}", file=sys.stderr)
         return 1
     finally:
         svc.close()
     return 0
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Readers (a collector scraping the file) see the old text or the new one, never a mix."""
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(text, encoding="utf-8")
+    staging.chmod(0o644)
+    os.replace(staging, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -119,6 +142,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, OSError) as exc:
         print(f"ams: {exc}", file=sys.stderr)
         return 2
+    if args.command == "check-config":
+        where = f"{settings.host}:{settings.port}"
+        print(f"settings are valid: backend {settings.backend}, listening on {where}, push {settings.push_worker}")
+        return 0
     if args.command == "serve":
         from ams_app.serve import serve
 

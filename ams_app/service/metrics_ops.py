@@ -343,8 +343,11 @@ class MetricsOps(ServiceBase):
         return {"va_metrics": self.va_report(projects, start, end), "operational_metrics": {"metrics": operational}}
 
     # ------------------------------------------------------------ Prometheus -----------------
-    def prometheus_text(self) -> str:
-        """Operational figures and per-topic/subscription counters, Prometheus text format 0.0.4."""
+    def prometheus_text(self, *, node: bool = True) -> str:
+        """Operational figures and per-topic/subscription counters, Prometheus text format 0.0.4.
+
+        ``node=False`` leaves out the figures of this process (CPU, memory): what ``ams admin metrics``
+        writes for a textfile collector, where the process is a one-shot command."""
         names = {p.uuid: p.name for p in self.store.list_projects()}
 
         def esc(value: str) -> str:
@@ -359,12 +362,18 @@ class MetricsOps(ServiceBase):
                 rendered = ",".join(f'{k}="{esc(v)}"' for k, v in labels.items())
                 lines.append(f"{name}{{{rendered}}} {value}" if rendered else f"{name} {value}")
 
-        cpu, memory = node_sample()
-        node = {"node": self.node_name}
-        family("ams_node_cpu_percent", "gauge", "CPU used by this AMS node since it started (percent).", [(node, cpu)])
-        family(
-            "ams_node_memory_percent", "gauge", "Resident memory of this AMS node (percent of RAM).", [(node, memory)]
-        )
+        if node:
+            cpu, memory = node_sample()
+            this = {"node": self.node_name}
+            family(
+                "ams_node_cpu_percent", "gauge", "CPU used by this AMS node since it started (percent).", [(this, cpu)]
+            )
+            family(
+                "ams_node_memory_percent",
+                "gauge",
+                "Resident memory of this AMS node (percent of RAM).",
+                [(this, memory)],
+            )
         topics = [(names[p], n, u) for p, n, u in self.usage.all_usage("topic") if p in names]
         subs = [(names[p], n, u) for p, n, u in self.usage.all_usage("sub") if p in names]
         family(

@@ -151,3 +151,49 @@ def test_silent_connections_are_closed(make_server: Any) -> None:
         assert 0.5 < time.monotonic() - started < 5
         assert answer == b"" or answer.startswith(b"HTTP/1.1 4"), answer
     assert requests.get(f"{srv.url}/status", timeout=10).status_code == 200
+
+
+def test_check_config_validates_a_settings_file(tmp_path: Path) -> None:
+    good = tmp_path / "good.yml"
+    good.write_text("backend: embedded\nport: 8099\nservice_token: s3cr3t-token\n")
+    done = ams("check-config", "--config", str(good))
+    assert done.returncode == 0, done.stderr
+    assert "settings are valid: backend embedded, listening on 127.0.0.1:8099" in done.stdout
+    for text, reason in [
+        ("port: 8099\nbogus: 1\n", "unknown setting 'bogus'"),
+        ("backend: kafka\n", "backend kafka needs kafka_bootstrap_servers or zookeeper_hosts"),
+        ("push_worker: elsewhere\n", "push_worker must be in-process or external"),
+    ]:
+        bad = tmp_path / "bad.yml"
+        bad.write_text(text)
+        done = ams("check-config", "--config", str(bad))
+        assert done.returncode == 2, text
+        assert reason in done.stderr, done.stderr
+
+
+def test_admin_metrics_writes_the_service_wide_figures(make_server: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    srv = make_server(data, ams_metrics_flush_seconds="0.2")
+    admin = srv.api(srv.token)
+    admin.ok("POST", "/projects/MET", {"description": "metrics"})
+    admin.ok("PUT", "/projects/MET/topics/t1")
+    admin.publish("MET", "t1", "hello-00", "hello-01", "hello-02")  # 12 base64 characters each
+    out = tmp_path / "textfile" / "ams.prom"
+    out.parent.mkdir()
+    expected = 'ams_topic_messages_total{project="MET",topic="t1"} 3'
+    deadline = time.monotonic() + 20
+    while True:  # the counters reach the store at the server's next flush
+        done = ams("admin", "metrics", "--data-dir", str(data), "--output", str(out))
+        assert done.returncode == 0, done.stderr
+        text = out.read_text()
+        if expected in text or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert expected in text, text
+    assert 'ams_topic_bytes_total{project="MET",topic="t1"} 36' in text, text
+    assert "ams_node_cpu_percent" not in text  # the one-shot command's own figures mean nothing
+    assert out.stat().st_mode & 0o777 == 0o644
+    assert [p.name for p in out.parent.iterdir()] == ["ams.prom"]  # replaced, no staging file left
+    missing = ams("admin", "metrics", "--data-dir", str(data), "--output", str(tmp_path / "nowhere" / "x.prom"))
+    assert missing.returncode == 1
+    assert "No such file or directory" in missing.stderr

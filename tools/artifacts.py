@@ -1,0 +1,213 @@
+"""Build, on the controller, the install sources the Ansible roles take from the controller (air-gapped
+style), for the Molecule scenarios and for operators without access to the upstream download hosts.
+
+Everything lands under ``.cache/artifacts/`` (see docs/ansible.md):
+
+=============  ==========================================================  =========================
+target         what                                                        role variable
+=============  ==========================================================  =========================
+``kafka``      ``kafka/kafka_2.13-VERSION.tgz`` (+ ``.sha512``): the           ``kafka_archive_src``
+               broker's jars from Maven Central in the release layout
+               (``kafka_2.13-VERSION/libs/*.jar``)
+``ferretdb``   ``ferretdb/ferretdb`` (+ ``.sha256``): FerretDB built from      ``mongodb_ferretdb_binary_src``
+               its Go module, statically linked
+``wheels``     ``ams-wheelhouse.tar``: the ``ams-app`` wheel of this           ``ams_wheelhouse_src``
+               checkout and a wheel of every runtime dependency
+               (requirements.txt), gathered in ``wheels/``
+``spark``      ``spark/``: wheels of ``pyspark`` and ``py4j``                  ``spark_wheelhouse_src``
+=============  ==========================================================  =========================
+
+Each target is skipped while its output is up to date (``wheels`` always rebuilds the project's
+own wheel, which is quick). The Kafka archive is reproducible: the same jars give the same bytes, so
+its checksum only changes with the jars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import os
+import shutil
+import sys
+import tarfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
+import services
+import toolkit
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / ".cache" / "artifacts"
+KAFKA_DIR = ARTIFACTS / "kafka"
+FERRETDB_DIR = ARTIFACTS / "ferretdb"
+WHEELS_DIR = ARTIFACTS / "wheels"
+WHEELHOUSE_TAR = ARTIFACTS / "ams-wheelhouse.tar"
+SPARK_DIR = ARTIFACTS / "spark"
+
+SCALA_VERSION = services.SCALA_VERSION
+KAFKA_VERSION = services.KAFKA_VERSION
+KAFKA_NAME = f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}"
+#: The pyspark release the spark role installs by default (spark_pyspark_version) and its py4j.
+PYSPARK_VERSION = "3.5.9"
+PY4J_VERSION = "0.10.9.9"
+PIP_TIMEOUT = 1800.0
+#: mtime of every member of the Kafka archive, so identical jars give an identical archive.
+EPOCH = 0
+
+
+class ArtifactError(RuntimeError):
+    """An artifact could not be built; the message says why."""
+
+
+def say(message: str) -> None:
+    print(f"artifacts: {message}", file=sys.stderr, flush=True)
+
+
+def _digest(path: Path, algorithm: str) -> str:
+    digest = hashlib.new(algorithm)
+    with path.open("rb") as stream:
+        for chunk in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_checksum(path: Path, algorithm: str) -> str:
+    value = _digest(path, algorithm)
+    path.with_name(f"{path.name}.{algorithm}").write_text(value + "\n")
+    return value
+
+
+def kafka_archive_bytes(jars: Sequence[Path], name: str = KAFKA_NAME) -> bytes:
+    """A gzipped tar of ``name/libs/<jar>`` for each jar, sorted, with fixed owners and times (pure)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for directory in (name, f"{name}/libs"):
+            info = tarfile.TarInfo(directory)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, EPOCH
+            tar.addfile(info)
+        for jar in sorted(jars, key=lambda p: p.name):
+            info = tarfile.TarInfo(f"{name}/libs/{jar.name}")
+            info.size, info.mode, info.mtime = jar.stat().st_size, 0o644, EPOCH
+            with jar.open("rb") as stream:
+                tar.addfile(info, stream)
+    packed = io.BytesIO()
+    with gzip.GzipFile(fileobj=packed, mode="wb", mtime=EPOCH, compresslevel=6) as gz:
+        gz.write(raw.getvalue())
+    return packed.getvalue()
+
+
+def build_kafka() -> Path:
+    services.install_kafka()
+    jars = sorted(services.KAFKA_LIB.glob("*.jar"))
+    if not jars:
+        raise ArtifactError(f"no jars in {services.KAFKA_LIB}")
+    archive = KAFKA_DIR / f"{KAFKA_NAME}.tgz"
+    data = kafka_archive_bytes(jars)
+    if archive.exists() and archive.read_bytes() == data and archive.with_name(f"{archive.name}.sha512").exists():
+        say(f"{archive.relative_to(ROOT)} is up to date")
+        return archive
+    KAFKA_DIR.mkdir(parents=True, exist_ok=True)
+    staging = archive.with_name(f"{archive.name}.tmp")
+    staging.write_bytes(data)
+    staging.rename(archive)
+    _write_checksum(archive, "sha512")
+    say(f"wrote {archive.relative_to(ROOT)} ({len(jars)} jars, {len(data) >> 20} MiB)")
+    return archive
+
+
+def build_ferretdb() -> Path:
+    services.install_ferretdb()
+    target = FERRETDB_DIR / "ferretdb"
+    if target.exists() and _digest(target, "sha256") == _digest(services.FERRETDB_BIN, "sha256"):
+        say(f"{target.relative_to(ROOT)} is up to date")
+        return target
+    FERRETDB_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(services.FERRETDB_BIN, target)
+    target.chmod(0o755)
+    _write_checksum(target, "sha256")
+    (FERRETDB_DIR / "VERSION").write_text(services.FERRETDB_VERSION + "\n")
+    say(f"wrote {target.relative_to(ROOT)} ({services.FERRETDB_VERSION})")
+    return target
+
+
+def _pip(*args: str) -> None:
+    toolkit.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+        timeout=PIP_TIMEOUT,
+        what=f"pip {args[0]}",
+        error=ArtifactError,
+        # a reproducible project wheel: zip entries dated 1980 instead of the build time
+        env={**os.environ, "PIP_NO_INPUT": "1", "SOURCE_DATE_EPOCH": "315532800"},
+        cwd=ROOT,
+    )
+
+
+def build_wheels() -> Path:
+    WHEELS_DIR.mkdir(parents=True, exist_ok=True)
+    for stale in WHEELS_DIR.glob("ams_app-*.whl"):
+        stale.unlink()
+    # the project's wheel without its dependencies, then the pinned ones and what they need
+    _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(WHEELS_DIR), str(ROOT))
+    _pip("wheel", "--quiet", "--wheel-dir", str(WHEELS_DIR), "-r", str(ROOT / "requirements.txt"))
+    wheels = sorted(WHEELS_DIR.glob("*.whl"))
+    # one file to copy instead of dozens (each copy is a round trip to the host)
+    data = wheelhouse_tar_bytes(wheels)
+    if not (WHEELHOUSE_TAR.exists() and WHEELHOUSE_TAR.read_bytes() == data):
+        staging = WHEELHOUSE_TAR.with_name(f"{WHEELHOUSE_TAR.name}.tmp")
+        staging.write_bytes(data)
+        staging.rename(WHEELHOUSE_TAR)
+    say(f"{WHEELHOUSE_TAR.relative_to(ROOT)}: {len(wheels)} wheels")
+    return WHEELHOUSE_TAR
+
+
+def wheelhouse_tar_bytes(wheels: Sequence[Path]) -> bytes:
+    """An uncompressed tar of the wheels (wheels are zips already), sorted, fixed owners and times (pure)."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for wheel in sorted(wheels, key=lambda p: p.name):
+            info = tarfile.TarInfo(wheel.name)
+            info.size, info.mode, info.mtime = wheel.stat().st_size, 0o644, EPOCH
+            with wheel.open("rb") as stream:
+                tar.addfile(info, stream)
+    return raw.getvalue()
+
+
+def build_spark() -> Path:
+    wanted = {"pyspark": PYSPARK_VERSION, "py4j": PY4J_VERSION}
+    present = {name for name, version in wanted.items() if any(SPARK_DIR.glob(f"{name}-{version}-*.whl"))}
+    if present == set(wanted):
+        say(f"{SPARK_DIR.relative_to(ROOT)} is up to date")
+        return SPARK_DIR
+    SPARK_DIR.mkdir(parents=True, exist_ok=True)
+    say(f"building the pyspark {PYSPARK_VERSION} wheel (a 300 MiB sdist: a few minutes the first time)")
+    _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(SPARK_DIR), *(f"{n}=={v}" for n, v in wanted.items()))
+    return SPARK_DIR
+
+
+TARGETS: dict[str, Callable[[], Path]] = {
+    "kafka": build_kafka,
+    "ferretdb": build_ferretdb,
+    "wheels": build_wheels,
+    "spark": build_spark,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="artifacts.py", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("targets", nargs="*", choices=[*TARGETS, "all"], default=["all"], metavar="TARGET")
+    args = parser.parse_args(argv)
+    names = list(TARGETS) if "all" in args.targets else list(dict.fromkeys(args.targets))
+    try:
+        for name in names:
+            TARGETS[name]()
+    except (ArtifactError, services.ServiceError) as exc:
+        print(f"artifacts: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
