@@ -1,0 +1,261 @@
+"""Testinfra checks for the haproxy role (run by `molecule verify` in the scenario's container).
+
+haproxy terminates TLS on 127.0.0.1:48443 in front of one real AMS node (the ams role, 127.0.0.1:48081);
+the containers use host networking, so the HTTP checks run from this machine with the scenario's test CA.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import uuid
+import warnings
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+
+SCENARIO = Path(__file__).resolve().parents[1]
+PROJECT = SCENARIO.parents[1]
+VARS = yaml.safe_load((SCENARIO / "molecule.yml").read_text())["provisioner"]["inventory"]["group_vars"]["all"]
+CA_FILE = SCENARIO / ".molecule" / "tls" / "ca.pem"
+CONTAINER = "ams-haproxy"
+
+FRONTEND = f"https://127.0.0.1:{VARS['haproxy_frontend_port']}"
+STATS = f"http://127.0.0.1:{VARS['haproxy_stats_port']}/"
+AMS_PORT = VARS["ams_bind_port"]
+TOKEN = VARS["ams_service_token"]
+BACKEND = "ams_nodes"
+SERVER = VARS["haproxy_backend_servers"][0]["name"]
+SOCKET = "/run/haproxy/admin.sock"
+CONFIG = "/etc/haproxy/haproxy.cfg"
+PEM = "/etc/haproxy/certs/ams.pem"
+
+
+def api(method: str, path: str, json: object | None = None, timeout: float = 30) -> requests.Response:
+    return requests.request(
+        method,
+        FRONTEND + path,
+        json=json,
+        headers={"x-api-key": TOKEN},
+        verify=str(CA_FILE),
+        timeout=timeout,
+    )
+
+
+def pull(project: str, sub: str, *, immediately: bool) -> requests.Response:
+    body = {"maxMessages": 1, "returnImmediately": immediately}
+    return api("POST", f"/v1/projects/{project}/subscriptions/{sub}:pull", body)
+
+
+def server_stat(host) -> dict[str, str]:
+    """Our server's row of `show stat` on the admin socket, read inside the container."""
+    out = host.check_output(f"echo 'show stat' | socat -t 5 stdio UNIX-CONNECT:{SOCKET}")
+    rows = csv.DictReader(io.StringIO(out.lstrip("# ")))
+    return next(r for r in rows if r["pxname"] == BACKEND and r["svname"] == SERVER)
+
+
+def wait_for_status(host, wanted: str, timeout: float = 30) -> dict[str, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        row = server_stat(host)
+        if row["status"] == wanted or time.monotonic() > deadline:
+            return row
+        time.sleep(0.5)
+
+
+def set_server_state(state: str) -> subprocess.CompletedProcess[str]:
+    """The role's server_state entry point, through molecule/haproxy/server_state.yml, as a rolling upgrade uses it."""
+    env = {
+        **os.environ,
+        "PATH": f"{PROJECT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_ROLES_PATH": str(PROJECT / "roles"),
+        "ANSIBLE_CONFIG": str(PROJECT / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    argv = [
+        str(PROJECT / ".venv" / "bin" / "ansible-playbook"),
+        *("-i", f"{CONTAINER},", "-c", "containers.podman.podman"),
+        *("-e", f"haproxy_server_name={SERVER}", "-e", f"haproxy_server_state={state}"),
+        str(SCENARIO / "server_state.yml"),
+    ]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_haproxy_is_running_and_enabled(host):
+    service = host.service("haproxy")
+    try:
+        assert service.is_running
+        assert service.is_enabled
+    except AssertionError:
+        print(host.run("journalctl -u haproxy --no-pager -n 50").stdout)
+        raise
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        f"tcp://127.0.0.1:{VARS['haproxy_frontend_port']}",
+        f"tcp://127.0.0.1:{VARS['haproxy_stats_port']}",
+        f"tcp://127.0.0.1:{AMS_PORT}",
+    ],
+)
+def test_listening(host, address):
+    assert host.socket(address).is_listening
+
+
+def test_admin_socket_answers(host):
+    # haproxy binds "<path>.<pid>.tmp" and renames it, so ss does not list the socket under its path
+    assert host.file(SOCKET).is_socket
+    assert host.file(SOCKET).mode == 0o660
+    info = host.check_output(f"echo 'show info' | socat -t 5 stdio UNIX-CONNECT:{SOCKET}")
+    assert "Version: 2.6" in info
+
+
+@pytest.mark.parametrize(
+    ("path", "user", "group", "mode"),
+    [
+        (CONFIG, "root", "haproxy", 0o640),
+        ("/etc/haproxy/certs", "root", "haproxy", 0o750),
+        (PEM, "root", "root", 0o600),
+        ("/etc/systemd/system/haproxy.service.d/override.conf", "root", "root", 0o644),
+    ],
+)
+def test_file_owner_and_mode(host, path, user, group, mode):
+    f = host.file(path)
+    assert f.exists
+    assert (f.user, f.group, f.mode) == (user, group, mode)
+
+
+def test_deployed_config_is_valid_and_managed(host):
+    check = host.run(f"haproxy -c -f {CONFIG}")
+    assert check.rc == 0, check.stdout + check.stderr
+    config = host.file(CONFIG).content_string
+    assert "Ansible managed" in config
+    # the statistics page keeps only a crypt hash of its password
+    assert VARS["haproxy_stats_password"] not in config
+    assert "password '$6$" in config
+
+
+def test_status_through_haproxy():
+    response = requests.get(f"{FRONTEND}/v1/status", verify=str(CA_FILE), timeout=10)
+    assert response.status_code == 200, response.text
+
+
+def test_ams_round_trip_through_haproxy():
+    project, topic, sub = f"P{uuid.uuid4().hex[:8]}", "T", "S"
+    assert api("POST", f"/v1/projects/{project}", {}).status_code == 200
+    assert api("PUT", f"/v1/projects/{project}/topics/{topic}").status_code == 200
+    created = api("PUT", f"/v1/projects/{project}/subscriptions/{sub}", {"topic": f"projects/{project}/topics/{topic}"})
+    assert created.status_code == 200, created.text
+    published = api("POST", f"/v1/projects/{project}/topics/{topic}:publish", {"messages": [{"data": "aGVsbG8="}]})
+    assert published.status_code == 200, published.text
+    assert len(published.json()["messageIds"]) == 1
+    pulled = pull(project, sub, immediately=True)
+    assert pulled.status_code == 200, pulled.text
+    assert [m["message"]["data"] for m in pulled.json()["receivedMessages"]] == ["aGVsbG8="]
+
+
+def test_ams_errors_pass_through_unchanged():
+    # a wrong token is refused by AMS itself, behind haproxy: its JSON error envelope reaches the client
+    response = requests.get(f"{FRONTEND}/v1/projects", headers={"x-api-key": "wrong"}, verify=str(CA_FILE), timeout=10)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == 401
+
+
+def test_http2_is_offered():
+    ctx = ssl.create_default_context(cafile=str(CA_FILE))
+    ctx.set_alpn_protocols(["h2", "http/1.1"])
+    with (
+        socket.create_connection(("127.0.0.1", VARS["haproxy_frontend_port"]), timeout=10) as raw,
+        ctx.wrap_socket(raw, server_hostname="localhost") as tls,
+    ):
+        assert tls.selected_alpn_protocol() == "h2"
+        assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+@pytest.mark.parametrize("version", ["TLSv1", "TLSv1_1"])
+def test_tls_below_1_2_is_refused(version):
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.load_verify_locations(cafile=str(CA_FILE))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # setting old versions is deprecated, which is the point
+        ctx.minimum_version = ssl.TLSVersion.TLSv1
+        ctx.maximum_version = getattr(ssl.TLSVersion, version)
+    ctx.set_ciphers("DEFAULT:@SECLEVEL=0")  # let this client offer the old protocol at all
+    with (
+        socket.create_connection(("127.0.0.1", VARS["haproxy_frontend_port"]), timeout=10) as raw,
+        pytest.raises(ssl.SSLError) as refused,
+    ):
+        ctx.wrap_socket(raw, server_hostname="localhost")
+    # the server's alert, not a client-side refusal
+    assert "PROTOCOL_VERSION" in str(refused.value).upper().replace(" ", "_")
+
+
+def test_stats_page_needs_the_password():
+    assert requests.get(STATS, timeout=10).status_code == 401
+    auth = ("admin", VARS["haproxy_stats_password"])
+    assert requests.get(STATS, auth=("admin", "wrong"), timeout=10).status_code == 401
+    page = requests.get(STATS + ";csv", auth=auth, timeout=10)
+    assert page.status_code == 200
+    assert f"{BACKEND},{SERVER}," in page.text
+
+
+def test_backend_server_is_up_on_the_stats_socket(host):
+    row = wait_for_status(host, "UP")
+    assert row["status"] == "UP", row
+    assert row["check_status"] == "L7OK", row
+
+
+def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
+    project, topic, sub = f"D{uuid.uuid4().hex[:8]}", "T", "S"
+    assert api("POST", f"/v1/projects/{project}", {}).status_code == 200
+    assert api("PUT", f"/v1/projects/{project}/topics/{topic}").status_code == 200
+    body = {"topic": f"projects/{project}/topics/{topic}"}
+    assert api("PUT", f"/v1/projects/{project}/subscriptions/{sub}", body).status_code == 200
+
+    # a long-poll pull on an empty subscription holds a session on the node (10 s by default)
+    pulled: list[requests.Response] = []
+    poll = threading.Thread(target=lambda: pulled.append(pull(project, sub, immediately=False)))
+    poll.start()
+    deadline = time.monotonic() + 5
+    while int(server_stat(host)["scur"]) == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert int(server_stat(host)["scur"]) >= 1, "the long-poll pull holds no session on the node"
+
+    set_server_state("drain")
+    # drain returned only once the session had ended: the pull was answered, not cut
+    assert not poll.is_alive()
+    poll.join()
+    assert pulled[0].status_code == 200, pulled[0].text
+    row = server_stat(host)
+    assert (row["status"], row["scur"]) == ("DRAIN", "0"), row
+
+    # the only node is drained: haproxy answers new requests itself, in the AMS error envelope
+    refused = requests.get(f"{FRONTEND}/v1/status", verify=str(CA_FILE), timeout=10)
+    assert refused.status_code == 503
+    assert refused.json() == {"error": {"code": 503, "message": "Service Unavailable", "status": "UNAVAILABLE"}}
+
+    # idempotent: a second drain changes nothing
+    assert "changed=0" in set_server_state("drain").stdout
+
+    set_server_state("ready")
+    assert server_stat(host)["status"] == "UP"
+    assert requests.get(f"{FRONTEND}/v1/status", verify=str(CA_FILE), timeout=10).status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/etc", "/usr", "/etc/haproxy"])
+def test_no_collateral_damage(host, path):
+    directory = host.file(path)
+    assert directory.is_directory
+    assert directory.user == "root"
+    assert directory.group == "root"
