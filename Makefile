@@ -33,13 +33,13 @@ test-fast: venv
 	AMS_TEST_BACKENDS=embedded $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: venv
-	$(BIN)/ruff check ams_app tests benchmarks tools
-	$(BIN)/ruff format --check ams_app tests benchmarks tools
+	$(BIN)/ruff check ams_app tests benchmarks tools molecule
+	$(BIN)/ruff format --check ams_app tests benchmarks tools molecule
 	$(BIN)/mypy
 
 fmt: venv
-	$(BIN)/ruff format ams_app tests benchmarks tools
-	$(BIN)/ruff check --fix ams_app tests benchmarks tools
+	$(BIN)/ruff format ams_app tests benchmarks tools molecule
+	$(BIN)/ruff check --fix ams_app tests benchmarks tools molecule
 
 ## Publish and pull throughput on this machine (numbers: docs/benchmarks.md)
 bench: venv
@@ -72,7 +72,7 @@ clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info
 
 # --- Ansible (docs/ansible.md) --------------------------------------------------------------
-.PHONY: image image-check molecule molecule-all lint-ansible test-static
+.PHONY: image image-check artifacts molecule molecule-all lint-ansible test-static deploy
 # Molecule and ansible-lint run ansible-config, ansible-playbook and pytest from PATH.
 ANSIBLE_PATH := PATH="$(CURDIR)/$(BIN):$$PATH"
 MOLECULE_SCENARIOS := $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
@@ -88,9 +88,14 @@ image: venv
 image-check: image
 	$(BIN)/python tools/image.py check
 
+## What the roles install from the controller, built here under .cache/artifacts (tools/artifacts.py):
+## the Kafka archive, the FerretDB binary, the AMS wheelhouse, the pyspark wheels, a test CA
+artifacts: venv
+	$(BIN)/python tools/artifacts.py all
+
 ## Molecule (create, converge, idempotence, verify, destroy): `make molecule S=java` for one scenario,
 ## without S every scenario under molecule/
-molecule: image
+molecule: image artifacts
 	@set -e; for s in $(if $(S),$(S),$(MOLECULE_SCENARIOS)); do \
 		echo "== molecule test -s $$s"; \
 		$(ANSIBLE_PATH) $(BIN)/molecule --base-config .config/molecule/config.yml test -s $$s; \
@@ -107,3 +112,11 @@ lint-ansible: venv
 ## The fast repository-wide checks: argument specs = defaults, linters clean
 test-static: venv
 	$(BIN)/pytest -q tests/static
+
+## Deploy the appliance to your hosts: `make deploy INVENTORY=inventories/production ANSIBLE_ARGS=--ask-vault-pass`
+## (builds the artifacts the roles copy from the controller first; README "Deploying")
+INVENTORY ?= inventories/production
+PLAYBOOK ?= playbooks/site.yml
+ANSIBLE_ARGS ?=
+deploy: artifacts
+	$(ANSIBLE_PATH) $(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ANSIBLE_ARGS)

@@ -15,6 +15,9 @@ target         what                                                        role 
                checkout and a wheel of every runtime dependency
                (requirements.txt), gathered in ``wheels/``
 ``spark``      ``spark/``: wheels of ``pyspark`` and ``py4j``                  ``spark_wheelhouse_src``
+``tls``        ``tls/``: a throwaway CA and a certificate for 127.0.0.1 and    ``haproxy_tls_*_src``
+               localhost (``ca.pem``, ``server.pem``, ``server.key``), for     (test inventory only)
+               the test inventory's haproxy
 =============  ==========================================================  =========================
 
 Each target is skipped while its output is up to date (``wheels`` always rebuilds the project's
@@ -46,6 +49,7 @@ FERRETDB_DIR = ARTIFACTS / "ferretdb"
 WHEELS_DIR = ARTIFACTS / "wheels"
 WHEELHOUSE_TAR = ARTIFACTS / "ams-wheelhouse.tar"
 SPARK_DIR = ARTIFACTS / "spark"
+TLS_DIR = ARTIFACTS / "tls"
 
 SCALA_VERSION = services.SCALA_VERSION
 KAFKA_VERSION = services.KAFKA_VERSION
@@ -187,11 +191,18 @@ def build_spark() -> Path:
     return SPARK_DIR
 
 
+def build_tls() -> Path:
+    files = services.make_tls(TLS_DIR)
+    say(f"{TLS_DIR.relative_to(ROOT)}: a test CA ({files.ca.name}) and a certificate for 127.0.0.1 and localhost")
+    return TLS_DIR
+
+
 TARGETS: dict[str, Callable[[], Path]] = {
     "kafka": build_kafka,
     "ferretdb": build_ferretdb,
     "wheels": build_wheels,
     "spark": build_spark,
+    "tls": build_tls,
 }
 
 
