@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -134,3 +135,36 @@ def test_inventory_parses(inventory: str) -> None:
     done = _run([_tool("ansible-inventory"), "-i", inventory, "--list"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "_meta" in done.stdout
+
+
+@pytest.mark.parametrize("inventory", INVENTORIES)
+def test_site_playbook_syntax_on_each_inventory(inventory: str) -> None:
+    done = _run([_tool("ansible-playbook"), "--syntax-check", "-i", inventory, "playbooks/site.yml"])
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _templated(inventory: str, host: str, expression: str, extra: list[str]) -> Any:
+    """``expression`` templated with ``host``'s variables from ``inventory`` (no connection is made)."""
+    argv = [_tool("ansible"), "-i", inventory, host, "-c", "local", *extra, "-o", "-m", "ansible.builtin.debug"]
+    done = _run([*argv, "-a", f"msg={{{{ {expression} | to_json }}}}"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    # host | SUCCESS => {"changed": false, "msg": "<json>"}
+    result = json.loads(done.stdout.split("=>", 1)[1])
+    return json.loads(result["msg"])
+
+
+def test_production_inventory_computes_the_topology() -> None:
+    """The cross-role values of inventories/production, templated with the example vault."""
+    inventory = "inventories/production/hosts.yml"
+    vault = ["-e", "@inventories/production/group_vars/all/vault.yml.example"]
+    servers = _templated(inventory, "lb1.example.org", "haproxy_backend_servers", vault)
+    assert servers == [{"name": f"ams{i}.example.org", "address": f"10.0.0.1{i}", "port": 8080} for i in (1, 2, 3)]
+    assert _templated(inventory, "ams2.example.org", "ams_kafka_bootstrap_servers", vault) == (
+        "10.0.0.21:9092,10.0.0.22:9092,10.0.0.23:9092"
+    )
+    assert _templated(inventory, "kafka1.example.org", "kafka_zookeeper_connect", vault) == (
+        "10.0.0.21:2181,10.0.0.22:2181,10.0.0.23:2181/kafka"
+    )
+    uri = _templated(inventory, "ams1.example.org", "ams_mongo_uri", vault)
+    assert uri == "mongodb://ams:CHANGE-ME@mongo1.example.org:27017/?replicaSet=rs0&authSource=argo_msg"
+    assert _templated(inventory, "ams1.example.org", "ams_service_token", vault) == "CHANGE-ME-openssl-rand-hex-32"
