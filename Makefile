@@ -93,13 +93,12 @@ image-check: image
 artifacts: venv
 	$(BIN)/python tools/artifacts.py all
 
-## Molecule (create, converge, idempotence, verify, destroy): `make molecule S=java` for one scenario,
-## without S every scenario under molecule/
+## Molecule (create, converge, idempotence, verify, destroy): `make molecule S=java` for one scenario
+## (or S="kafka spark"), without S every scenario under molecule/, MOLECULE_JOBS at a time
+## (tools/molecule_run.py; logs in .cache/molecule/)
+MOLECULE_JOBS ?= 2
 molecule: image artifacts
-	@set -e; for s in $(if $(S),$(S),$(MOLECULE_SCENARIOS)); do \
-		echo "== molecule test -s $$s"; \
-		$(ANSIBLE_PATH) $(BIN)/molecule --base-config .config/molecule/config.yml test -s $$s; \
-	done
+	$(ANSIBLE_PATH) $(BIN)/python tools/molecule_run.py --jobs $(MOLECULE_JOBS) $(S)
 
 molecule-all:
 	$(MAKE) molecule S=

@@ -22,10 +22,15 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def load_services_tool() -> ModuleType:
     """tools/services.py as a module (tools/ is no package): the tests drive it as operators do."""
-    name = "ams_tools_services"
+    return load_tool("services")
+
+
+def load_tool(tool: str) -> ModuleType:
+    """tools/<tool>.py as a module."""
+    name = f"ams_tools_{tool}"
     if name in sys.modules:
         return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / "services.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{tool}.py")
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)

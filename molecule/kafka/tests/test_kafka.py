@@ -1,7 +1,7 @@
 """Testinfra checks for the kafka role (run by `molecule verify` against the scenario's container).
 
 The container shares the host's network, so the round trip runs from this machine with confluent_kafka
-against 127.0.0.1:29092, the listener molecule.yml sets (ZooKeeper on 22181, chroot /ams-kafka).
+against 127.0.0.1:29092, the listener molecule.yml sets (ZooKeeper on 24181, chroot /ams-kafka).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def test_broker_runs_as_the_kafka_user(host):
         "broker.id=1",
         f"listeners=PLAINTEXT://{ADDRESS}:{PORT}",
         f"advertised.listeners=PLAINTEXT://{ADDRESS}:{PORT}",
-        "zookeeper.connect=127.0.0.1:22181/ams-kafka",
+        "zookeeper.connect=127.0.0.1:24181/ams-kafka",
         "log.dirs=/var/lib/kafka/data",
         "offsets.topic.replication.factor=1",
         "auto.create.topics.enable=false",

@@ -1,0 +1,75 @@
+"""tools/artifacts.py and tools/molecule_run.py: the pure parts (the builds run in `make molecule`)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from pathlib import Path
+
+from tests.helpers import ROOT, load_tool
+
+artifacts = load_tool("artifacts")
+molecule_run = load_tool("molecule_run")
+
+
+def _jars(tmp_path: Path) -> list[Path]:
+    jars = []
+    for name, body in [("kafka_2.13-3.9.1.jar", b"broker"), ("a-client.jar", b"client")]:
+        jar = tmp_path / name
+        jar.write_bytes(body)
+        jars.append(jar)
+    return jars
+
+
+def test_kafka_archive_has_the_release_layout(tmp_path: Path) -> None:
+    data = artifacts.kafka_archive_bytes(_jars(tmp_path), name="kafka_2.13-3.9.1")
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert list(members) == [
+            "kafka_2.13-3.9.1",
+            "kafka_2.13-3.9.1/libs",
+            "kafka_2.13-3.9.1/libs/a-client.jar",
+            "kafka_2.13-3.9.1/libs/kafka_2.13-3.9.1.jar",
+        ]
+        jar = tar.extractfile("kafka_2.13-3.9.1/libs/kafka_2.13-3.9.1.jar")
+        assert jar is not None
+        assert jar.read() == b"broker"
+        assert {m.uid for m in members.values()} == {0}
+
+
+def test_kafka_archive_is_reproducible(tmp_path: Path) -> None:
+    jars = _jars(tmp_path)
+    first = artifacts.kafka_archive_bytes(jars)
+    for jar in jars:  # other times on disk, another order
+        jar.touch()
+    assert artifacts.kafka_archive_bytes(list(reversed(jars))) == first
+    assert gzip.decompress(first)  # a real gzip stream
+
+
+def test_wheelhouse_tar_is_flat_and_reproducible(tmp_path: Path) -> None:
+    wheels = []
+    for name in ["b-1.0-py3-none-any.whl", "ams_app-0.1.0-py3-none-any.whl"]:
+        wheel = tmp_path / name
+        wheel.write_bytes(name.encode())
+        wheels.append(wheel)
+    data = artifacts.wheelhouse_tar_bytes(wheels)
+    assert data == artifacts.wheelhouse_tar_bytes(list(reversed(wheels)))
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert tar.getnames() == ["ams_app-0.1.0-py3-none-any.whl", "b-1.0-py3-none-any.whl"]
+
+
+def test_molecule_runs_the_longest_scenarios_first() -> None:
+    durations = {"java": 60.0, "ams": 400.0, "kafka": 150.0}
+    assert molecule_run.longest_first(["java", "kafka", "spark", "ams", "haproxy"], durations) == [
+        "haproxy",
+        "spark",
+        "ams",
+        "kafka",
+        "java",
+    ]
+
+
+def test_every_role_has_a_scenario() -> None:
+    roles = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
+    assert set(roles) <= set(molecule_run.all_scenarios())

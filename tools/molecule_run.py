@@ -1,0 +1,111 @@
+"""Run Molecule scenarios (``molecule test -s NAME``), several at once, and report each one.
+
+``make molecule`` calls it. Scenarios run ``--jobs`` at a time (default 2: this machine's cores).
+That is safe because no two scenarios share a container name (``ams-<scenario>``) or a port (each
+has its own range, docs/ansible.md), even though every container uses the host's network.
+
+The longest scenarios start first: each run's durations are kept in
+``.cache/molecule/durations.json``, so the next run can order by them. Each scenario's output goes
+to ``.cache/molecule/<name>.log``. A failed scenario prints the tail of its log, and the exit
+status is 1 when any scenario failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LOGS = ROOT / ".cache" / "molecule"
+DURATIONS = LOGS / "durations.json"
+BASE_CONFIG = ROOT / ".config" / "molecule" / "config.yml"
+VENV_BIN = Path(sys.executable).parent
+TAIL_LINES = 80
+#: A scenario that runs longer than this is stopped and counts as failed.
+SCENARIO_TIMEOUT = 40 * 60
+
+
+def say(message: str) -> None:
+    print(f"molecule: {message}", flush=True)
+
+
+def all_scenarios(root: Path = ROOT) -> list[str]:
+    return sorted(p.parent.name for p in (root / "molecule").glob("*/molecule.yml"))
+
+
+def longest_first(names: Sequence[str], durations: Mapping[str, float]) -> list[str]:
+    """Known durations, longest first, then the unknown ones (which may be long) in name order (pure)."""
+    unknown = sorted(n for n in names if n not in durations)
+    known = sorted((n for n in names if n in durations), key=lambda n: -durations[n])
+    return [*unknown, *known]
+
+
+def _load_durations() -> dict[str, float]:
+    try:
+        data = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _run(name: str) -> tuple[str, bool, float]:
+    log = LOGS / f"{name}.log"
+    env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "NO_COLOR": "1"}
+    argv = [str(VENV_BIN / "molecule"), "--base-config", str(BASE_CONFIG), "test", "-s", name]
+    started = time.monotonic()
+    say(f"{name}: started (log: {log.relative_to(ROOT)})")
+    with log.open("w") as out:
+        try:
+            done = subprocess.run(
+                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=SCENARIO_TIMEOUT
+            )
+            ok = done.returncode == 0
+        except subprocess.TimeoutExpired:
+            out.write(f"\nmolecule_run: stopped after {SCENARIO_TIMEOUT}s\n")
+            ok = False
+    elapsed = time.monotonic() - started
+    if ok:
+        say(f"{name}: passed in {elapsed:.0f}s")
+    else:
+        tail = log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+        say(f"{name}: FAILED after {elapsed:.0f}s; the end of {log.relative_to(ROOT)}:\n" + "\n".join(tail))
+    return name, ok, elapsed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="molecule_run.py", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("scenarios", nargs="*", help="scenario names (default: every molecule/*/molecule.yml)")
+    parser.add_argument("--jobs", type=int, default=2, help="scenarios at once (default 2)")
+    args = parser.parse_args(argv)
+    known = all_scenarios()
+    names = args.scenarios or known
+    unknown = [n for n in names if n not in known]
+    if not names or unknown:
+        print(f"molecule_run.py: no such scenario {unknown} (known: {known})", file=sys.stderr)
+        return 2
+    LOGS.mkdir(parents=True, exist_ok=True)
+    durations = _load_durations()
+    order = longest_first(names, durations)
+    say(f"{len(order)} scenarios, {max(1, args.jobs)} at a time: {' '.join(order)}")
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(_run, order))
+    durations.update({name: round(elapsed, 1) for name, ok, elapsed in results if ok})
+    DURATIONS.write_text(json.dumps(durations, indent=1, sort_keys=True) + "\n")
+    failed = [name for name, ok, _ in results if not ok]
+    say(f"{len(results) - len(failed)} passed, {len(failed)} failed, in {time.monotonic() - started:.0f}s")
+    if failed:
+        say(f"failed: {' '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
