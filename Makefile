@@ -33,13 +33,13 @@ test-fast: venv
 	AMS_TEST_BACKENDS=embedded $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: venv
-	$(BIN)/ruff check ams_app tests benchmarks tools molecule
-	$(BIN)/ruff format --check ams_app tests benchmarks tools molecule
+	$(BIN)/ruff check ams_app spark tests benchmarks tools molecule
+	$(BIN)/ruff format --check ams_app spark tests benchmarks tools molecule
 	$(BIN)/mypy
 
 fmt: venv
-	$(BIN)/ruff format ams_app tests benchmarks tools molecule
-	$(BIN)/ruff check --fix ams_app tests benchmarks tools molecule
+	$(BIN)/ruff format ams_app spark tests benchmarks tools molecule
+	$(BIN)/ruff check --fix ams_app spark tests benchmarks tools molecule
 
 ## Publish and pull throughput on this machine (numbers: docs/benchmarks.md)
 bench: venv
@@ -67,6 +67,21 @@ cluster-up: venv
 
 cluster-down: venv
 	$(BIN)/python tools/services.py cluster-down
+
+.PHONY: spark-jars spark-up spark-down spark-status
+## The Kafka connector of Spark and its dependencies (Maven) into .cache/spark/jars (skipped while up to date)
+spark-jars: venv
+	$(BIN)/python tools/spark_cluster.py jars
+
+## A Spark standalone master (spark://127.0.0.1:17077, UI :17080) and one worker on loopback, from the pyspark wheel
+spark-up: venv spark-jars
+	$(BIN)/python tools/spark_cluster.py up
+
+spark-down: venv
+	$(BIN)/python tools/spark_cluster.py down
+
+spark-status: venv
+	$(BIN)/python tools/spark_cluster.py status
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info

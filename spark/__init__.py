@@ -1,0 +1,1 @@
+"""PySpark jobs over the service's message logs (Kafka) and metadata (MongoDB). See docs/spark.md."""

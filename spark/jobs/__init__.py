@@ -1,0 +1,1 @@
+"""One module per job: a pure ``transform``-style function, an I/O ``run(spark, args)`` and ``main(argv)``."""

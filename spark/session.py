@@ -1,0 +1,20 @@
+"""The one place a SparkSession is built."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+
+def get_spark(app_name: str, master: str | None = None, conf: Mapping[str, str] | None = None) -> SparkSession:
+    """A session named ``app_name``; ``master`` only when given (spark-submit sets it otherwise).
+
+    Sessions always work in UTC, so that days are UTC days as in the service.
+    """
+    builder = SparkSession.builder.appName(app_name).config("spark.sql.session.timeZone", "UTC")
+    if master is not None:
+        builder = builder.master(master)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
