@@ -172,3 +172,10 @@ def replace_day(db: Any, collection: str, day: str, key: list[str], docs: list[d
     coll.delete_many({"day": day})
     if docs:
         coll.insert_many([dict(d) for d in docs], ordered=False)
+
+
+def report(job: str, messages: int, seconds: float) -> None:
+    """The job's own figures on stdout (after the session started; spark-submit's JVM start,
+    the connector's class loading and the session's shutdown are not in ``seconds``)."""
+    rate = messages / seconds if seconds > 0 else 0.0
+    print(f"{job}: {messages} messages in {seconds:.2f} s ({rate:.0f} messages/s)", flush=True)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from datetime import UTC, datetime
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from ams_app.models import Cursor, Project, Registration, Schema, Subscription, Topic, Usage, UsageBatch, User
 
@@ -19,6 +21,52 @@ class Page(Generic[T]):
     items: list[T]
     next_page_token: str
     total_size: int
+
+
+class DailyUsage(NamedTuple):
+    """One topic's figures of one day, as the Spark job ``usage_report`` writes them."""
+
+    project_uuid: str
+    topic: str
+    messages: int
+    bytes: int
+
+
+DailyKey = tuple[str, str, str]  # (project uuid, topic, YYYY-MM-DD)
+
+
+def utc_today() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d")
+
+
+def merge_daily(
+    live: Iterable[tuple[DailyKey, int]], spark: Iterable[tuple[DailyKey, int]], today: str
+) -> dict[DailyKey, int]:
+    """Messages per (project, topic, day): the live counters, except that a day before ``today``
+    for which the Spark job wrote a figure of the topic takes that figure instead (it replaces the
+    live count, never adds to it). Today, and any later day, always comes from the live counters."""
+    merged: dict[DailyKey, int] = {}
+    for key, n in live:
+        merged[key] = merged.get(key, 0) + n
+    for key, n in spark:
+        if key[2] < today:
+            merged[key] = n
+    return merged
+
+
+def daily_series(merged: dict[DailyKey, int], days: int) -> list[tuple[str, int]]:
+    """(YYYY-MM-DD, messages) summed over the topics, the ``days`` most recent days, newest first."""
+    counts: dict[str, int] = {}
+    for (_, _, day), n in merged.items():
+        counts[day] = counts.get(day, 0) + n
+    return sorted(counts.items(), reverse=True)[:days]
+
+
+def project_totals(merged: dict[DailyKey, int]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for (project_uuid, _, _), n in merged.items():
+        totals[project_uuid] = totals.get(project_uuid, 0) + n
+    return totals
 
 
 class MetadataStore(Protocol):
@@ -100,11 +148,18 @@ class MetadataStore(Protocol):
     def all_usage(self, kind: str) -> list[tuple[str, str, Usage]]: ...
     def daily_messages(self, project_uuid: str, topic: str | None, days: int) -> list[tuple[str, int]]:
         """(YYYY-MM-DD, messages) of the most recent ``days`` days with traffic, newest first;
-        of one topic, or summed over the project's topics when ``topic`` is None."""
+        of one topic, or summed over the project's topics when ``topic`` is None. Past days
+        come from the Spark figures where there are some (``merge_daily``)."""
         ...
 
     def daily_totals(self, start: str, end: str) -> dict[str, int]:
-        """project uuid -> messages published from day ``start`` to day ``end`` (inclusive)."""
+        """project uuid -> messages published from day ``start`` to day ``end`` (inclusive),
+        merged with the Spark figures like ``daily_messages``."""
+        ...
+
+    def replace_daily_usage(self, day: str, rows: list[DailyUsage]) -> None:
+        """Make ``rows`` the Spark figures of ``day`` (``usage_daily``), as the Spark job does:
+        figures of that day not in ``rows`` go. For tests; the service only reads them."""
         ...
 
     def created_between(self, project_uuid: str, start_ns: int, end_ns: int) -> tuple[int, int, int]:

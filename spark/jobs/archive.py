@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -99,7 +100,8 @@ def write_state(db: Any, rows: list[tuple[str, str, int]]) -> None:
         coll.update_one({"project_uuid": project_uuid, "topic": topic}, {"$max": {"offset": int(offset)}}, upsert=True)
 
 
-def run(spark: SparkSession, args: argparse.Namespace) -> None:
+def run(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Archive what is new; the number of messages archived."""
     db = common.mongo_database(args.mongo_uri, args.mongo_database)
     projects = common.read_projects(db)
     topics = common.read_topics(db)
@@ -108,7 +110,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     # only topics with something new: the source wants offsets for exactly the topics it reads
     keys = sorted(k for k, (_, high) in bounds.items() if high > state.get(k, -1) + 1)
     if not keys:
-        return
+        return 0
     kafka = common.read_kafka(
         spark,
         args.bootstrap_servers,
@@ -127,6 +129,7 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     rows = archive_rows(common.parse_kafka_rows(kafka), last_df, projects_df).cache()
     rows.write.mode("append").partitionBy(*PARTITIONS).parquet(args.output_dir)
     write_state(db, [(r["project_uuid"], r["topic"], r["last_offset"]) for r in last_offsets(rows).collect()])
+    return rows.count()  # cached: no second read of Kafka
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -143,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spark = get_spark("ams-archive", master=args.master)
     try:
-        run(spark, args)
+        started = time.monotonic()
+        messages = run(spark, args)
+        common.report("archive", messages, time.monotonic() - started)
     finally:
         spark.stop()
     return 0

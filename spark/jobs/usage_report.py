@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -145,7 +146,8 @@ def _docs(df: DataFrame, day: str) -> list[dict[str, Any]]:
     return [row.asDict() | {"day": day} for row in df.collect()]
 
 
-def run(spark: SparkSession, args: argparse.Namespace) -> None:
+def run(spark: SparkSession, args: argparse.Namespace) -> int:
+    """Compute and store the figures of ``args.day``; the number of that day's messages."""
     day: str = args.day
     db = common.mongo_database(args.mongo_uri, args.mongo_database)
     topics = common.read_topics(db)
@@ -168,8 +170,10 @@ def run(spark: SparkSession, args: argparse.Namespace) -> None:
     out = args.output_dir.rstrip("/")
     topic_daily.drop("day").write.mode("overwrite").parquet(f"{out}/topics/day={day}")
     sub_daily.write.mode("overwrite").parquet(f"{out}/subscriptions/day={day}")
-    common.replace_day(db, TOPIC_DAILY, day, TOPIC_KEY, _docs(topic_daily.drop("day"), day))
+    topic_docs = _docs(topic_daily.drop("day"), day)
+    common.replace_day(db, TOPIC_DAILY, day, TOPIC_KEY, topic_docs)
     common.replace_day(db, SUBSCRIPTION_DAILY, day, SUBSCRIPTION_KEY, _docs(sub_daily, day))
+    return sum(int(d["messages"]) for d in topic_docs)
 
 
 def yesterday() -> str:
@@ -198,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     spark = get_spark("ams-usage-report", master=args.master)
     try:
-        run(spark, args)
+        started = time.monotonic()
+        messages = run(spark, args)
+        common.report("usage_report", messages, time.monotonic() - started)
     finally:
         spark.stop()
     return 0

@@ -34,7 +34,16 @@ from pymongo import ASCENDING, DESCENDING, MongoClient
 from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError, OperationFailure
 
-from ams_app.backends.store import InvalidPageToken, Page
+from ams_app.backends.store import (
+    DailyKey,
+    DailyUsage,
+    InvalidPageToken,
+    Page,
+    daily_series,
+    merge_daily,
+    project_totals,
+    utc_today,
+)
 from ams_app.models import (
     Cursor,
     Project,
@@ -82,6 +91,11 @@ _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
         ([("day", ASCENDING)], False),
     ],
     "node_metrics": [([("hostname", ASCENDING)], True)],
+    # written by the Spark job usage_report (docs/spark.md), read here
+    "usage_daily": [
+        ([("day", ASCENDING), ("project_uuid", ASCENDING), ("topic", ASCENDING)], True),
+        ([("project_uuid", ASCENDING), ("topic", ASCENDING)], False),
+    ],
 }
 
 
@@ -195,7 +209,7 @@ class MongoMetadataStore:
         topics = [d["name"] for d in self._c("topics").find({"project_uuid": uuid}, {"name": 1})]
         cursor_ids = [d["cursor_id"] for d in self._c("subscriptions").find({"project_uuid": uuid}, {"cursor_id": 1})]
         self._c("cursors").delete_many({"cursor_id": {"$in": cursor_ids}})
-        for name in ("topics", "subscriptions", "schemas", "usage", "daily_messages"):
+        for name in ("topics", "subscriptions", "schemas", "usage", "daily_messages", "usage_daily"):
             self._c(name).delete_many({"project_uuid": uuid})
         for doc in self._c("users").find({"projects.project_uuid": uuid}):
             kept = [m for m in doc.get("projects", []) if m.get("project_uuid") != uuid]
@@ -376,20 +390,33 @@ class MongoMetadataStore:
     def all_usage(self, kind: str) -> list[tuple[str, str, Usage]]:
         return [(d["project_uuid"], d["name"], self._usage(d)) for d in self._c("usage").find({"kind": kind})]
 
+    def _merged_daily(self, query: Doc) -> dict[DailyKey, int]:
+        """Live counters and Spark figures of the documents ``query`` selects, merged (``merge_daily``)."""
+        today = utc_today()
+        fields = {"_id": 0, "project_uuid": 1, "topic": 1, "day": 1, "messages": 1}
+        live = self._c("daily_messages").find(query, fields)
+        spark_query = {"$and": [query, {"day": {"$lt": today}}]}
+        spark = self._c("usage_daily").find(spark_query, fields)
+        return merge_daily(
+            (((d["project_uuid"], d["topic"], d["day"]), int(d["messages"])) for d in live),
+            (((d["project_uuid"], d["topic"], d["day"]), int(d["messages"])) for d in spark),
+            today,
+        )
+
     def daily_messages(self, project_uuid: str, topic: str | None, days: int) -> list[tuple[str, int]]:
         query: Doc = {"project_uuid": project_uuid}
         if topic is not None:
             query["topic"] = topic
-        counts: dict[str, int] = {}
-        for doc in self._c("daily_messages").find(query):
-            counts[doc["day"]] = counts.get(doc["day"], 0) + int(doc["messages"])
-        return sorted(counts.items(), reverse=True)[:days]
+        return daily_series(self._merged_daily(query), days)
 
     def daily_totals(self, start: str, end: str) -> dict[str, int]:
-        totals: dict[str, int] = {}
-        for doc in self._c("daily_messages").find({"day": {"$gte": start, "$lte": end}}):
-            totals[doc["project_uuid"]] = totals.get(doc["project_uuid"], 0) + int(doc["messages"])
-        return totals
+        return project_totals(self._merged_daily({"day": {"$gte": start, "$lte": end}}))
+
+    def replace_daily_usage(self, day: str, rows: list[DailyUsage]) -> None:
+        coll = self._c("usage_daily")
+        coll.delete_many({"day": day})
+        if rows:
+            coll.insert_many([{"day": day, **r._asdict()} for r in rows], ordered=False)
 
     def created_between(self, project_uuid: str, start_ns: int, end_ns: int) -> tuple[int, int, int]:
         window = {"created_on": {"$gte": start_ns, "$lte": end_ns}}

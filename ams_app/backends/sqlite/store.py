@@ -10,7 +10,16 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ams_app.backends.sqlite.db import SqliteDb
-from ams_app.backends.store import InvalidPageToken, Page
+from ams_app.backends.store import (
+    DailyKey,
+    DailyUsage,
+    InvalidPageToken,
+    Page,
+    daily_series,
+    merge_daily,
+    project_totals,
+    utc_today,
+)
 from ams_app.models import (
     Cursor,
     Project,
@@ -101,6 +110,15 @@ CREATE TABLE IF NOT EXISTS daily_messages (
     PRIMARY KEY (project_uuid, topic, day)
 );
 CREATE INDEX IF NOT EXISTS daily_by_day ON daily_messages (day);
+CREATE TABLE IF NOT EXISTS usage_daily (  -- the Spark job's figures (docs/spark.md)
+    day TEXT NOT NULL,
+    project_uuid TEXT NOT NULL,
+    topic TEXT NOT NULL,
+    messages INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    PRIMARY KEY (day, project_uuid, topic)
+);
+CREATE INDEX IF NOT EXISTS usage_daily_by_topic ON usage_daily (project_uuid, topic);
 CREATE TABLE IF NOT EXISTS node_metrics (
     hostname TEXT PRIMARY KEY,
     cpu REAL NOT NULL,
@@ -239,6 +257,7 @@ class SqliteMetadataStore:
             conn.execute("DELETE FROM schemas WHERE project_uuid=?", (uuid,))
             conn.execute("DELETE FROM usage WHERE project_uuid=?", (uuid,))
             conn.execute("DELETE FROM daily_messages WHERE project_uuid=?", (uuid,))
+            conn.execute("DELETE FROM usage_daily WHERE project_uuid=?", (uuid,))
             conn.execute("DELETE FROM projects WHERE uuid=?", (uuid,))
             return topics
 
@@ -599,28 +618,40 @@ class SqliteMetadataStore:
         )
         return [(r[0], r[1], Usage(*r[2:])) for r in rows]
 
+    def _merged_daily(self, where: str, args: list[str]) -> dict[DailyKey, int]:
+        """Live counters and Spark figures of the rows ``where`` selects, merged (``merge_daily``)."""
+        today = utc_today()
+
+        def read(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
+            columns = "SELECT project_uuid, topic, day, messages FROM"
+            live = conn.execute(f"{columns} daily_messages WHERE {where}", args).fetchall()
+            spark = conn.execute(f"{columns} usage_daily WHERE {where} AND day < ?", [*args, today]).fetchall()
+            return live, spark
+
+        live, spark = self.db.read(read)
+        return merge_daily(
+            (((p, t, d), int(n)) for p, t, d, n in live), (((p, t, d), int(n)) for p, t, d, n in spark), today
+        )
+
     def daily_messages(self, project_uuid: str, topic: str | None, days: int) -> list[tuple[str, int]]:
         where, args = "project_uuid=?", [project_uuid]
         if topic is not None:
             where += " AND topic=?"
             args.append(topic)
-        rows = self.db.read(
-            lambda c: c.execute(
-                f"SELECT day, SUM(messages) FROM daily_messages WHERE {where} GROUP BY day ORDER BY day DESC LIMIT ?",
-                [*args, days],
-            ).fetchall()
-        )
-        return [(r[0], int(r[1])) for r in rows]
+        return daily_series(self._merged_daily(where, args), days)
 
     def daily_totals(self, start: str, end: str) -> dict[str, int]:
-        rows = self.db.read(
-            lambda c: c.execute(
-                "SELECT project_uuid, SUM(messages) FROM daily_messages WHERE day >= ? AND day <= ?"
-                " GROUP BY project_uuid",
-                (start, end),
-            ).fetchall()
-        )
-        return {r[0]: int(r[1]) for r in rows}
+        return project_totals(self._merged_daily("day >= ? AND day <= ?", [start, end]))
+
+    def replace_daily_usage(self, day: str, rows: list[DailyUsage]) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM usage_daily WHERE day=?", (day,))
+            conn.executemany(
+                "INSERT INTO usage_daily (day, project_uuid, topic, messages, bytes) VALUES (?,?,?,?,?)",
+                [(day, r.project_uuid, r.topic, r.messages, r.bytes) for r in rows],
+            )
+
+        self.db.run(tx)
 
     def created_between(self, project_uuid: str, start_ns: int, end_ns: int) -> tuple[int, int, int]:
         def tx(conn: sqlite3.Connection) -> tuple[int, int, int]:
