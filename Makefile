@@ -128,9 +128,12 @@ test-static: venv
 	$(BIN)/pytest -q tests/static
 
 ## Deploy the appliance to your hosts: `make deploy INVENTORY=inventories/production ANSIBLE_ARGS=--ask-vault-pass`
-## (builds the artifacts the roles copy from the controller first; README "Deploying")
+## (first builds what the production roles copy from the controller: DEPLOY_ARTIFACTS, needing Maven
+## for the Kafka archive; README "Deploying")
 INVENTORY ?= inventories/production
 PLAYBOOK ?= playbooks/site.yml
 ANSIBLE_ARGS ?=
-deploy: artifacts
+DEPLOY_ARTIFACTS ?= kafka wheels spark
+deploy: venv
+	$(BIN)/python tools/artifacts.py $(DEPLOY_ARTIFACTS)
 	$(ANSIBLE_PATH) $(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ANSIBLE_ARGS)

@@ -168,3 +168,67 @@ def test_production_inventory_computes_the_topology() -> None:
     uri = _templated(inventory, "ams1.example.org", "ams_mongo_uri", vault)
     assert uri == "mongodb://ams:CHANGE-ME@mongo1.example.org:27017/?replicaSet=rs0&authSource=argo_msg"
     assert _templated(inventory, "ams1.example.org", "ams_service_token", vault) == "CHANGE-ME-openssl-rand-hex-32"
+
+
+def _local_playbook(playbook: Path) -> list[str]:
+    """ansible-playbook on this machine, with the interpreter running the tests; the platform check is
+    skipped (this machine need not run systemd)."""
+    local = ["-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"]
+    return [_tool("ansible-playbook"), *local, "--skip-tags", "ams_platform", str(playbook)]
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"ams_backend": "kafka"}, "backend kafka needs"),
+        ({"ams_service_token": "short"}, "at least 8 characters"),
+        ({"ams_push_worker_service": True}, "ams_push_worker_service needs backend kafka"),
+        ({"ams_republishers": [{"name": "a.b", "config": {}}]}, "unique name of letters"),
+        ({"ams_wheelhouse_src": "/nonexistent/wheels.tar"}, "must be a .tar of wheels on the controller"),
+    ],
+)
+def test_ams_preflight_refuses_bad_inputs(tmp_path: Path, variables: dict[str, Any], message: str) -> None:
+    """The ams role's preflight, run alone on localhost (nothing is installed), stops with its message."""
+    wheelhouse = tmp_path / "ams-wheelhouse.tar"
+    wheelhouse.write_bytes(b"")
+    play = [
+        {
+            "name": "Preflight only",
+            "hosts": "localhost",
+            "gather_facts": True,
+            "tasks": [
+                {
+                    "name": "Run the ams preflight",
+                    "ansible.builtin.include_role": {"name": "ams", "tasks_from": "preflight"},
+                    "vars": {"ams_wheelhouse_src": str(wheelhouse), "ams_service_token": "0123456789", **variables},
+                }
+            ],
+        }
+    ]
+    playbook = tmp_path / "preflight.yml"
+    playbook.write_text(yaml.safe_dump(play))
+    done = _run(_local_playbook(playbook))
+    assert done.returncode != 0, done.stdout
+    assert message in done.stdout, done.stdout[-3000:]
+
+
+def test_ams_preflight_accepts_the_test_inventory_values(tmp_path: Path) -> None:
+    wheelhouse = tmp_path / "ams-wheelhouse.tar"
+    wheelhouse.write_bytes(b"")
+    task = {
+        "name": "Run the ams preflight",
+        "ansible.builtin.include_role": {"name": "ams", "tasks_from": "preflight"},
+        "vars": {
+            "ams_wheelhouse_src": str(wheelhouse),
+            "ams_service_token": "0123456789",
+            "ams_backend": "kafka",
+            "ams_zookeeper_hosts": "127.0.0.1:2181",
+            "ams_push_worker": "external",
+            "ams_push_worker_service": True,
+            "ams_republishers": [{"name": "sites", "config": {"ams": {"url": "http://x"}}}],
+        },
+    }
+    playbook = tmp_path / "preflight.yml"
+    playbook.write_text(yaml.safe_dump([{"name": "Preflight only", "hosts": "localhost", "tasks": [task]}]))
+    done = _run(_local_playbook(playbook))
+    assert done.returncode == 0, done.stdout[-3000:]
