@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
-import fcntl
 import io
 import json
 import os
@@ -33,7 +32,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +90,6 @@ NODE_STOP_TIMEOUT = 25.0  # above the node's shutdown_timeout (15 s)
 LB_READY_TIMEOUT = 30.0
 APT_TIMEOUT = 900.0
 BUILD_TIMEOUT = 900.0
-LOG_TAIL_LINES = toolkit.LOG_TAIL_LINES
 
 
 class ServiceError(RuntimeError):
@@ -351,119 +349,15 @@ def parse_haproxy_stat(csv_text: str, backend: str = "ams_nodes") -> dict[str, s
 # ============================================================================================
 # processes
 # ============================================================================================
-def _read_pid(pid_file: Path) -> int | None:
-    try:
-        text = pid_file.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def _reap(pid: int) -> None:
-    """Collect a dead child of this process (a test that started the service), if it is one."""
-    proc = _CHILDREN.pop(pid, None)
-    if proc is not None:
-        proc.poll()  # reaps it and tells its Popen, which then has nothing to warn about
-        return
-    with contextlib.suppress(ChildProcessError, OSError):
-        os.waitpid(pid, os.WNOHANG)
-
-
-def _alive(pid: int, marker: str) -> bool:
-    """Whether ``pid`` runs and its command line holds ``marker`` (so a reused pid is not ours)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
-        # a dead thread-group leader whose other threads still exit still holds its sockets
-        with contextlib.suppress(OSError):
-            if len(os.listdir(f"/proc/{pid}/task")) > 1:
-                return True
-        _reap(pid)
-        return False
-    # a child caught between fork and exec has no command line yet: ours, if we spawned it
-    return marker in cmdline or (not cmdline.strip() and pid in _CHILDREN)
-
-
-def _running(pid_file: Path, marker: str) -> int | None:
-    pid = _read_pid(pid_file)
-    return pid if pid is not None and _alive(pid, marker) else None
-
-
-#: Children started by this process, kept so that their Popen objects live as long as they do
-#: (a Popen collected while its child runs warns) and so that ``_alive`` knows them.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
 def _spawn(
     argv: Sequence[str], *, log: Path, pid_file: Path, env: Mapping[str, str] | None = None, cwd: Path | None = None
 ) -> int:
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("ab") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} started by tools/services.py\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=cwd or log.parent,
-            env=dict(env) if env is not None else None,
-            start_new_session=True,  # a Ctrl-C in the terminal that ran `up` does not reach it
-            close_fds=True,
-        )
-    _CHILDREN[proc.pid] = proc
-    pid_file.write_text(f"{proc.pid}\n")
-    return proc.pid
-
-
-def _wait_gone(pid: int, marker: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid, marker):
-            return True
-        time.sleep(0.1)
-    return not _alive(pid, marker)
+    return toolkit.spawn(argv, log=log, pid_file=pid_file, started_by="tools/services.py", env=env, cwd=cwd)
 
 
 def _terminate(name: str, pid_file: Path, marker: str, timeout: float) -> bool:
     """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns whether something was running."""
-    pid = _running(pid_file, marker)
-    if pid is None:
-        pid_file.unlink(missing_ok=True)
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if not _wait_gone(pid, marker, timeout):
-        say(f"{name} (pid {pid}) still running {timeout:.0f}s after SIGTERM: SIGKILL")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid, marker, 10.0)
-    pid_file.unlink(missing_ok=True)
-    return True
-
-
-def _kill(pid_file: Path, marker: str) -> bool:
-    pid = _running(pid_file, marker)
-    if pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid, marker, 10.0)
-    pid_file.unlink(missing_ok=True)
-    return pid is not None
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            data = f.read().decode(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(data.splitlines()[-lines:])
+    return toolkit.terminate(name, pid_file, marker, timeout, say)
 
 
 def _port_open(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
@@ -479,36 +373,23 @@ def _wait_until(
 ) -> None:
     deadline = time.monotonic() + timeout
     while True:
-        if not _alive(pid, marker):
-            raise ServiceError(f"{what} (pid {pid}) exited while starting; last lines of {log}:\n{_tail(log)}")
+        if not toolkit.alive(pid, marker):
+            raise ServiceError(f"{what} (pid {pid}) exited while starting; last lines of {log}:\n{toolkit.tail(log)}")
         try:
             if ready():
                 return
         except Exception:  # a probe that fails just means "not yet"
             pass
         if time.monotonic() > deadline:
-            raise ServiceError(f"{what} (pid {pid}) not ready after {timeout:.0f}s; last lines of {log}:\n{_tail(log)}")
+            raise ServiceError(
+                f"{what} (pid {pid}) not ready after {timeout:.0f}s; last lines of {log}:\n{toolkit.tail(log)}"
+            )
         time.sleep(interval)
 
 
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
+def _locked(directory: Path) -> contextlib.AbstractContextManager[None]:
     """One tools/services.py at a time per directory (two test sessions starting services at once)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    with (directory / ".lock").open("w") as f:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ServiceError(f"{directory}/.lock held by another process for 300s") from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return toolkit.locked(directory, ServiceError)
 
 
 def _run(
@@ -698,7 +579,7 @@ class Service:
         return self.dir / f"{self.name}.pid"
 
     def pid(self) -> int | None:
-        return _running(self.pid_file, self.marker)
+        return toolkit.running(self.pid_file, self.marker)
 
 
 ZOOKEEPER = Service("zookeeper", "org.apache.zookeeper.server.quorum.QuorumPeerMain")
@@ -857,6 +738,28 @@ def _wait_ready(service: Service, ports: Ports, pid: int) -> None:
     )
 
 
+#: Kafka's default zookeeper.session.timeout.ms, plus a margin.
+STALE_REGISTRATION_WAIT = 20.0
+
+
+def _wait_kafka(ports: Ports, pid: int, new: bool) -> int:
+    """Wait for the broker. After an unclean stop (a killed machine) ZooKeeper restores the old
+    broker's session from its log and keeps its ephemeral /brokers/ids node until that session
+    times out; a broker started before then exits with NodeExists. Start it once more after the
+    timeout instead of failing."""
+    try:
+        _wait_ready(KAFKA, ports, pid)
+        return pid
+    except ServiceError as exc:
+        if not new or "NodeExists" not in str(exc):
+            raise
+    say(f"kafka: a stale broker registration in ZooKeeper; starting again in {STALE_REGISTRATION_WAIT:.0f}s")
+    time.sleep(STALE_REGISTRATION_WAIT)
+    pid, _ = _start(KAFKA, ports)
+    _wait_ready(KAFKA, ports, pid)
+    return pid
+
+
 def write_env_file(ports: Ports) -> Path:
     SERVICES_DIR.mkdir(parents=True, exist_ok=True)
     env = connection_env(ports)
@@ -880,7 +783,7 @@ def start_services(ports: Ports | None = None, *, do_install: bool = True) -> di
         _wait_ready(ZOOKEEPER, ports, zk_pid)
         kafka_pid, kafka_new = _start(KAFKA, ports)
         _wait_ready(FERRETDB, ports, mongo_pid)
-        _wait_ready(KAFKA, ports, kafka_pid)
+        kafka_pid = _wait_kafka(ports, kafka_pid, kafka_new)
         for service, pid, new in (
             (ZOOKEEPER, zk_pid, zk_new),
             (KAFKA, kafka_pid, kafka_new),
@@ -1099,11 +1002,11 @@ def _wait_node(n: int, pid: int) -> None:
 
 
 def _cluster_pids() -> dict[str, int | None]:
-    pids: dict[str, int | None] = {"haproxy": _running(HAPROXY_PID, str(HAPROXY_CFG))}
+    pids: dict[str, int | None] = {"haproxy": toolkit.running(HAPROXY_PID, str(HAPROXY_CFG))}
     for n in range(1, MAX_NODES + 1):
         pid_file = _node_files(n)[2]
         if pid_file.exists():
-            pids[f"node{n}"] = _running(pid_file, _node_marker(n))
+            pids[f"node{n}"] = toolkit.running(pid_file, _node_marker(n))
     return pids
 
 
@@ -1181,7 +1084,7 @@ def start_cluster(
                 config.chmod(0o600)  # it holds the service token
                 if _terminate(f"node{n}", pid_file, _node_marker(n), NODE_STOP_TIMEOUT):
                     say(f"node{n} restarted (settings changed)")
-            pid = _running(pid_file, _node_marker(n))
+            pid = toolkit.running(pid_file, _node_marker(n))
             pids[n] = pid if pid is not None else _spawn_node(n, extra_env)
         for n, pid in pids.items():
             _wait_node(n, pid)
@@ -1193,7 +1096,7 @@ def start_cluster(
             stats_socket=HAPROXY_SOCKET,
             pid_file=HAPROXY_PID,
         )
-        haproxy_pid = _running(HAPROXY_PID, str(HAPROXY_CFG))
+        haproxy_pid = toolkit.running(HAPROXY_PID, str(HAPROXY_CFG))
         if haproxy_pid is None or not HAPROXY_CFG.exists() or HAPROXY_CFG.read_text() != cfg_text:
             staged = CLUSTER_DIR / "haproxy.cfg.new"
             staged.write_text(cfg_text)
@@ -1216,7 +1119,7 @@ def start_cluster(
                     cwd=CLUSTER_DIR,
                 )
             if done.returncode != 0:
-                raise ServiceError(f"haproxy did not start (exit {done.returncode}):\n{_tail(HAPROXY_LOG)}")
+                raise ServiceError(f"haproxy did not start (exit {done.returncode}):\n{toolkit.tail(HAPROXY_LOG)}")
         url = f"https://{HOST}:{CLUSTER_PORT}"
         deadline = time.monotonic() + LB_READY_TIMEOUT
         while True:
@@ -1228,7 +1131,7 @@ def start_cluster(
             if time.monotonic() > deadline:
                 raise ServiceError(
                     f"{url}/v1/status not answering 200 with all nodes UP after {LB_READY_TIMEOUT:.0f}s "
-                    f"(haproxy sees {states}); last lines of {HAPROXY_LOG}:\n{_tail(HAPROXY_LOG)}"
+                    f"(haproxy sees {states}); last lines of {HAPROXY_LOG}:\n{toolkit.tail(HAPROXY_LOG)}"
                 )
             time.sleep(0.25)
         say(f"cluster of {nodes} ({backend}, database {database}) ready in {time.monotonic() - started:.1f}s")
@@ -1257,7 +1160,7 @@ def cluster_info() -> ClusterInfo:
                 url=f"http://{HOST}:{node_port(n)}",
                 config=config,
                 log=log,
-                pid=_running(pid_file, _node_marker(n)),
+                pid=toolkit.running(pid_file, _node_marker(n)),
             )
         )
     return ClusterInfo(
@@ -1281,7 +1184,7 @@ def stop_cluster() -> None:
         pending: list[tuple[int, Path, int]] = []
         for n in range(1, MAX_NODES + 1):
             pid_file = _node_files(n)[2]
-            pid = _running(pid_file, _node_marker(n))
+            pid = toolkit.running(pid_file, _node_marker(n))
             if pid is None:
                 pid_file.unlink(missing_ok=True)
                 continue
@@ -1295,7 +1198,7 @@ def stop_cluster() -> None:
 
 def kill_node(n: int) -> None:
     """SIGKILL node ``n`` (a crash); haproxy notices within about two seconds."""
-    if not _kill(_node_files(n)[2], _node_marker(n)):
+    if not toolkit.kill(_node_files(n)[2], _node_marker(n)):
         raise ServiceError(f"node{n} is not running")
 
 
@@ -1310,11 +1213,11 @@ def start_node(n: int, *, wait_lb: bool = True) -> NodeInfo:
     ``wait_lb``, haproxy's health check) sees it up."""
     raw_env = _read_state().get("env")
     env = {str(k): str(v) for k, v in raw_env.items()} if isinstance(raw_env, dict) else {}
-    pid = _running(_node_files(n)[2], _node_marker(n))
+    pid = toolkit.running(_node_files(n)[2], _node_marker(n))
     if pid is None:
         pid = _spawn_node(n, env)
     _wait_node(n, pid)
-    if wait_lb and _running(HAPROXY_PID, str(HAPROXY_CFG)) is not None:
+    if wait_lb and toolkit.running(HAPROXY_PID, str(HAPROXY_CFG)) is not None:
         deadline = time.monotonic() + LB_READY_TIMEOUT
         while _safe_states().get(f"node{n}") != "UP":
             if time.monotonic() > deadline:

@@ -18,19 +18,17 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import importlib.util
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,7 +77,6 @@ VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 READY_TIMEOUT = 90.0
 STOP_TIMEOUT = 20.0
 MAVEN_TIMEOUT = 900.0
-LOG_TAIL_LINES = toolkit.LOG_TAIL_LINES
 
 
 class SparkError(RuntimeError):
@@ -322,28 +319,9 @@ def _which(command: str) -> str | None:
     return shutil.which(command)
 
 
-def _locked_dir() -> Path:
-    SPARK_DIR.mkdir(parents=True, exist_ok=True)
-    return SPARK_DIR
-
-
-@contextlib.contextmanager
-def _locked() -> Iterator[None]:
+def _locked() -> contextlib.AbstractContextManager[None]:
     """One tools/spark_cluster.py up/down/jars at a time."""
-    with (_locked_dir() / ".lock").open("w") as f:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise SparkError(f"{SPARK_DIR}/.lock held by another process for 300s") from None
-                time.sleep(0.2)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    return toolkit.locked(SPARK_DIR, SparkError)
 
 
 # ============================================================================================
@@ -454,101 +432,23 @@ class Daemon:
         return SPARK_DIR / "logs" / f"{self.name}.log"
 
     def pid(self) -> int | None:
-        return _running(self.pid_file, self.main_class)
+        return toolkit.running(self.pid_file, self.main_class)
 
 
 MASTER = Daemon("master", "org.apache.spark.deploy.master.Master")
 WORKER = Daemon("worker", "org.apache.spark.deploy.worker.Worker")
 DAEMONS = (MASTER, WORKER)
 
-#: Children started by this process: their Popen objects live as long as they do (no warning
-#: when collected) and a dead one is reaped.
-_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
-
-
-def _read_pid(pid_file: Path) -> int | None:
-    try:
-        text = pid_file.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def _alive(pid: int, marker: str) -> bool:
-    """Whether ``pid`` runs and its command line holds ``marker`` (a reused pid is not ours)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return False
-    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
-        proc = _CHILDREN.pop(pid, None)
-        if proc is not None:
-            proc.poll()
-        return False
-    return marker in cmdline or (not cmdline.strip() and pid in _CHILDREN)
-
-
-def _running(pid_file: Path, marker: str) -> int | None:
-    pid = _read_pid(pid_file)
-    return pid if pid is not None and _alive(pid, marker) else None
-
 
 def _spawn(daemon: Daemon, argv: Sequence[str], env: Mapping[str, str]) -> int:
-    daemon.log.parent.mkdir(parents=True, exist_ok=True)
-    with daemon.log.open("ab") as out:
-        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} started by tools/spark_cluster.py\n".encode())
-        out.flush()
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=SPARK_DIR,
-            env=dict(env),
-            start_new_session=True,  # a Ctrl-C in the terminal that ran `up` does not reach it
-            close_fds=True,
-        )
-    _CHILDREN[proc.pid] = proc
-    daemon.pid_file.write_text(f"{proc.pid}\n")
-    return proc.pid
-
-
-def _wait_gone(pid: int, marker: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid, marker):
-            return True
-        time.sleep(0.1)
-    return not _alive(pid, marker)
+    return toolkit.spawn(
+        argv, log=daemon.log, pid_file=daemon.pid_file, started_by="tools/spark_cluster.py", env=env, cwd=SPARK_DIR
+    )
 
 
 def _terminate(daemon: Daemon, timeout: float = STOP_TIMEOUT) -> bool:
     """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns whether it was running."""
-    pid = daemon.pid()
-    if pid is None:
-        daemon.pid_file.unlink(missing_ok=True)
-        return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    if not _wait_gone(pid, daemon.main_class, timeout):
-        say(f"{daemon.name} (pid {pid}) still running {timeout:.0f}s after SIGTERM: SIGKILL")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid, daemon.main_class, 10.0)
-    daemon.pid_file.unlink(missing_ok=True)
-    return True
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            data = f.read().decode(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(data.splitlines()[-lines:])
+    return toolkit.terminate(daemon.name, daemon.pid_file, daemon.main_class, timeout, say)
 
 
 def master_state(ports: Ports, timeout: float = 2.0) -> dict[str, object] | None:
@@ -569,14 +469,14 @@ def cluster_ready(ports: Ports) -> bool:
 def _wait(what: str, probe: Callable[[], bool], daemon: Daemon, pid: int) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while not probe():
-        if not _alive(pid, daemon.main_class):
+        if not toolkit.alive(pid, daemon.main_class):
             raise SparkError(
-                f"{what} (pid {pid}) exited while starting; last lines of {daemon.log}:\n{_tail(daemon.log)}"
+                f"{what} (pid {pid}) exited while starting; last lines of {daemon.log}:\n{toolkit.tail(daemon.log)}"
             )
         if time.monotonic() > deadline:
             raise SparkError(
                 f"{what} (pid {pid}) not ready after {READY_TIMEOUT:.0f}s; last lines of {daemon.log}:\n"
-                f"{_tail(daemon.log)}"
+                f"{toolkit.tail(daemon.log)}"
             )
         time.sleep(0.25)
 

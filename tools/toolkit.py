@@ -1,11 +1,18 @@
-"""What tools/services.py and tools/image.py share: running a command with a bound and a
-readable error. tools/ is no package: each tool puts this folder on sys.path to import it."""
+"""What the tools share: running a command with a bound and a readable error (services.py,
+image.py, artifacts.py, spark_cluster.py), and the background processes that services.py and
+spark_cluster.py start, find again by pid file and stop. tools/ is no package: each tool puts this
+folder on sys.path to import it."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 
 LOG_TAIL_LINES = 40
 
@@ -34,3 +41,150 @@ def run(
         out = (done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:]
         raise error(f"{what} failed (exit {done.returncode}): {' '.join(argv)}\n" + "\n".join(out))
     return done
+
+
+# ============================================================================================
+# background processes: a pid file, a marker in the command line, a log
+# ============================================================================================
+#: Children started by this process, kept so that their Popen objects live as long as they do
+#: (a Popen collected while its child runs warns) and so that ``alive`` knows them.
+CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def read_pid(pid_file: Path) -> int | None:
+    try:
+        text = pid_file.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def reap(pid: int) -> None:
+    """Collect a dead child of this process (a test that started the service), if it is one."""
+    proc = CHILDREN.pop(pid, None)
+    if proc is not None:
+        proc.poll()  # reaps it and tells its Popen, which then has nothing to warn about
+        return
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def alive(pid: int, marker: str) -> bool:
+    """Whether ``pid`` runs and its command line holds ``marker`` (so a reused pid is not ours)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return False
+    if stat.rpartition(")")[2].split()[:1] == ["Z"]:
+        # a dead thread-group leader whose other threads still exit still holds its sockets
+        with contextlib.suppress(OSError):
+            if len(os.listdir(f"/proc/{pid}/task")) > 1:
+                return True
+        reap(pid)
+        return False
+    # a child caught between fork and exec has no command line yet: ours, if we spawned it
+    return marker in cmdline or (not cmdline.strip() and pid in CHILDREN)
+
+
+def running(pid_file: Path, marker: str) -> int | None:
+    pid = read_pid(pid_file)
+    return pid if pid is not None and alive(pid, marker) else None
+
+
+def spawn(
+    argv: Sequence[str],
+    *,
+    log: Path,
+    pid_file: Path,
+    started_by: str,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> int:
+    """Start ``argv`` in its own session, output appended to ``log``; write its pid to ``pid_file``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} started by {started_by}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd or log.parent,
+            env=dict(env) if env is not None else None,
+            start_new_session=True,  # a Ctrl-C in the terminal that ran `up` does not reach it
+            close_fds=True,
+        )
+    CHILDREN[proc.pid] = proc
+    pid_file.write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def wait_gone(pid: int, marker: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pid, marker):
+            return True
+        time.sleep(0.1)
+    return not alive(pid, marker)
+
+
+def terminate(name: str, pid_file: Path, marker: str, timeout: float, say: Callable[[str], None]) -> bool:
+    """SIGTERM, wait up to ``timeout``, then SIGKILL. Returns whether something was running."""
+    pid = running(pid_file, marker)
+    if pid is None:
+        pid_file.unlink(missing_ok=True)
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not wait_gone(pid, marker, timeout):
+        say(f"{name} (pid {pid}) still running {timeout:.0f}s after SIGTERM: SIGKILL")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_gone(pid, marker, 10.0)
+    pid_file.unlink(missing_ok=True)
+    return True
+
+
+def kill(pid_file: Path, marker: str) -> bool:
+    """SIGKILL at once. Returns whether something was running."""
+    pid = running(pid_file, marker)
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_gone(pid, marker, 10.0)
+    pid_file.unlink(missing_ok=True)
+    return pid is not None
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log (read from its last 64 KiB)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(data.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def locked(directory: Path, error: type[Exception], wait: float = 300.0) -> Iterator[None]:
+    """One tool run at a time per ``directory`` (``directory/.lock``); ``error`` after ``wait`` s."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as f:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise error(f"{directory}/.lock held by another process for {wait:.0f}s") from None
+                time.sleep(0.2)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

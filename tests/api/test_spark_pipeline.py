@@ -5,6 +5,8 @@ tools/spark_cluster.py; their outputs read back with pymongo and a local Spark s
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +17,7 @@ from pymongo import MongoClient
 from pyspark.sql import SparkSession
 
 from spark.session import get_spark
-from tests.helpers import AmsServer, b64, load_tool
+from tests.helpers import ROOT, AmsServer, b64, load_tool
 
 spark_cluster = load_tool("spark_cluster")
 
@@ -26,7 +28,17 @@ SUBMIT_TIMEOUT = 300.0
 
 @pytest.fixture(scope="module")
 def cluster() -> None:
-    spark_cluster.start_cluster()  # skipped when already up; left running (make spark-down)
+    # In a child process, so that the daemons are not children of pytest (no Popen left to warn
+    # at exit). Skipped when already up; left running for `make spark-down`.
+    up = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "spark_cluster.py"), "up"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
+    assert up.returncode == 0, up.stderr[-4000:]
 
 
 @pytest.fixture(scope="module")
