@@ -95,13 +95,16 @@ def make_server(tmp_path: Path, tls_files: tuple[str, str, str]) -> Iterator[Any
     """Start servers of one's own (for restarts, kills and settings); all stopped at the end."""
     started: list[AmsServer] = []
 
-    def make(data_dir: Path | None = None, tls: bool = True, backend: str = "embedded", **env: str) -> AmsServer:
+    def make(
+        data_dir: Path | None = None, tls: bool = True, backend: str = "embedded", clock_shift: float = 0.0, **env: str
+    ) -> AmsServer:
         require_backend(backend)
         srv = AmsServer(
             data_dir or tmp_path / "data",
             tls=(tls_files[0], tls_files[1]) if tls else None,
             env={"AMS_PUSH_CA_FILE": tls_files[2], **{k.upper(): v for k, v in env.items()}},
             backend=backend,
+            clock_shift=clock_shift,
         )
         started.append(srv)
         return srv.start()

@@ -112,8 +112,10 @@ class AmsServer:
         token: str = "test-service-token",
         env: dict[str, str] | None = None,
         backend: str = "embedded",
+        clock_shift: float = 0.0,
     ) -> None:
         self.backend = backend
+        self.clock_shift = clock_shift  # seconds added to its wall clock (tests/shifted_clock.py)
         self.data_dir = data_dir
         self.tls = tls
         self.token = token
@@ -133,6 +135,8 @@ class AmsServer:
 
     def start(self) -> AmsServer:
         cmd = [sys.executable, "-m", "ams_app", "serve", "--data-dir", str(self.data_dir)]
+        if self.clock_shift:
+            cmd[1:3] = ["-m", "tests.shifted_clock", str(self.clock_shift), "ams_app"]
         cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
         if self.tls:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]

@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,8 @@ from pymongo import MongoClient
 from pyspark.sql import SparkSession
 
 from spark.session import get_spark
-from tests.helpers import ROOT, AmsServer, b64, load_tool
+from tests.api.test_metrics import by_name
+from tests.helpers import ROOT, AmsServer, Api, b64, load_tool, unique
 
 spark_cluster = load_tool("spark_cluster")
 
@@ -69,6 +70,12 @@ def archived(reader: SparkSession, root: Path) -> list[tuple[str, str, str, str,
     )
 
 
+def series(api: Api, path: str, name: str) -> list[tuple[str, int]]:
+    """A daily series of a ``:metrics`` answer: (day, messages), newest first."""
+    metrics = by_name(api.ok("GET", path)["metrics"])
+    return [(p["timestamp"], p["value"]) for p in metrics[name]["timeseries"]]
+
+
 @pytest.mark.timeout(1200)
 # pyspark's collect() leaves its local result socket to the garbage collector
 @pytest.mark.filterwarnings("ignore:unclosed <socket.socket:ResourceWarning")
@@ -79,8 +86,17 @@ def test_usage_report_and_archive_on_kafka_and_mongodb(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
-    srv = make_server(backend="kafka")
-    api = srv.api()
+    """Yesterday's traffic goes through AMS nodes whose clock (tests/shifted_clock.py) says yesterday; one of
+    them is killed before it flushes its usage counters, so the live count of that day is short.
+    The Spark job counts the log itself: after it ran, the metrics API of a node on today's clock
+    serves exactly its figures for that day."""
+    database = unique("ams_spark").replace("-", "_")
+    yesterday_clock: dict[str, Any] = {"clock_shift": -86400.0, "ams_mongo_database": database}
+    day = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
+    today = datetime.now(UTC).date().isoformat()
+
+    past = make_server(tmp_path / "past", backend="kafka", **yesterday_clock)
+    api = past.api()
     project = api.new_project("spark")
     api.ok("PUT", f"/projects/{project}/topics/alpha")
     api.ok("PUT", f"/projects/{project}/topics/beta")
@@ -97,17 +113,48 @@ def test_usage_report_and_archive_on_kafka_and_mongodb(
 
     pulled = api.pull(project, "s", n=4)
     assert len(pulled) == 4
+    assert {m["message"]["publishTime"][:10] for m in pulled} == {day}, "the node's clock is not yesterday's"
     assert api.ack(project, "s", [m["ackId"] for m in pulled]).status_code == 200
+    assert past.stop() == 0  # graceful: its counters are flushed
 
-    settings = srv.env
-    mongo_uri, database = settings["AMS_MONGO_URI"], settings["AMS_MONGO_DATABASE"]
+    # a node that dies before its counters reach the store: two messages in Kafka, not in the live count
+    crashed = make_server(tmp_path / "crashed", backend="kafka", ams_metrics_flush_seconds="3600", **yesterday_clock)
+    unflushed = ["b3 unflushed", "b4 unflushed"]
+    assert crashed.api().publish(project, "beta", *unflushed) == ["3", "4"]
+    crashed.kill()
+    beta += unflushed
+
+    now = make_server(tmp_path / "now", backend="kafka", ams_mongo_database=database)
+    api = now.api()
+    alpha_series = f"/projects/{project}/topics/alpha:metrics", "topic.number_of_daily_messages"
+    beta_series = f"/projects/{project}/topics/beta:metrics", "topic.number_of_daily_messages"
+    project_series = f"/projects/{project}:metrics", "project.number_of_daily_messages"
+    window = {"projects": project, "start_date": day, "end_date": day}
+    admin = api.new_user(projects=[{"project": project, "roles": ["project_admin"]}])
+
+    def va_count() -> int:
+        rows = api.ok("GET", "/metrics/va_metrics", params=window)["projects_metrics"]
+        assert [r["project"] for r in rows["projects"]] == [project]
+        return int(rows["total_message_count"])
+
+    def report_count() -> int:
+        report = api.as_(admin["token"]).ok("GET", "/users/usageReport", params=window)
+        return int(report["va_metrics"]["projects_metrics"]["projects"][0]["message_count"])
+
+    # before the job: the live counters, short of the two the crashed node never flushed
+    assert series(api, *alpha_series) == [(day, 7)]
+    assert series(api, *beta_series) == [(day, 3)]
+    assert series(api, *project_series) == [(day, 10)]
+    assert (va_count(), report_count()) == (10, 10)
+
+    settings = now.env
+    mongo_uri = settings["AMS_MONGO_URI"]
     client: MongoClient[dict[str, Any]] = MongoClient(mongo_uri)
     request.addfinalizer(client.close)
     db = client[database]
     project_doc = db["projects"].find_one({"name": project})
     assert project_doc is not None
     project_uuid = project_doc["uuid"]
-    day = datetime.now(UTC).date().isoformat()
     common = ["--bootstrap-servers", settings["AMS_KAFKA_BOOTSTRAP_SERVERS"], "--mongo-uri", mongo_uri]
     common += ["--mongo-database", database]
     usage_out, archive_out = tmp_path / "usage", tmp_path / "archive"
@@ -125,10 +172,20 @@ def test_usage_report_and_archive_on_kafka_and_mongodb(
         fields |= {"end_offset": 1, "consumed": 1, "backlog": 1}
         return list(db["usage_daily_subscriptions"].find({"day": day, "project_uuid": project_uuid}, fields))
 
+    def api_figures() -> tuple[Any, ...]:
+        return (
+            series(api, *alpha_series),
+            series(api, *beta_series),
+            series(api, *project_series),
+            va_count(),
+            report_count(),
+        )
+
     expected_topics = {
         "alpha": (7, sum(len(b64(t)) for t in alpha)),
-        "beta": (3, sum(len(b64(t)) for t in beta)),
+        "beta": (5, sum(len(b64(t)) for t in beta)),
     }
+    expected_api = ([(day, 7)], [(day, 5)], [(day, 12)], 12, 12)
     expected_subs = [
         {
             "day": day,
@@ -148,27 +205,32 @@ def test_usage_report_and_archive_on_kafka_and_mongodb(
     run_both()
     assert topic_figures() == expected_topics
     assert sub_figures() == expected_subs
+    assert api_figures() == expected_api  # the job's counts, the unflushed two included
     assert archived(reader, archive_out) == expected_archive
     topics_parquet = reader.read.parquet(str(usage_out / "topics" / f"day={day}"))
     assert sorted((r["topic"], r["messages"], r["bytes"]) for r in topics_parquet.collect()) == sorted(
         (t, m, b) for t, (m, b) in expected_topics.items()
     )
     offsets = {d["topic"]: d["offset"] for d in db["archive_offsets"].find({"project_uuid": project_uuid})}
-    assert offsets == {"alpha": 6, "beta": 2}
+    assert offsets == {"alpha": 6, "beta": 4}
 
     # a second run: the day replaced, not added to; nothing archived twice
     run_both()
     assert topic_figures() == expected_topics
     assert sub_figures() == expected_subs
     assert db["usage_daily"].count_documents({"day": day, "project_uuid": project_uuid}) == 2
+    assert api_figures() == expected_api
     assert archived(reader, archive_out) == expected_archive
 
-    # two more: exactly two more rows
-    more = api.publish(project, "beta", "late one", "late two")
-    assert more == ["3", "4"]
+    # two more, today: exactly two more rows, under today's date; today's count stays live
+    late = ["late one", "late two"]
+    assert api.publish(project, "beta", *late) == ["5", "6"]
     submit("archive", *common, "--output-dir", str(archive_out))
-    late = [(project, "beta", day, m, b64(t), {}) for m, t in zip(more, ["late one", "late two"], strict=True)]
-    expected_archive = sorted([*expected_archive, *late])
+    expected_archive = sorted(
+        [*expected_archive, *[(project, "beta", today, m, b64(t), {}) for m, t in zip(["5", "6"], late, strict=True)]]
+    )
     assert archived(reader, archive_out) == expected_archive
     offsets = {d["topic"]: d["offset"] for d in db["archive_offsets"].find({"project_uuid": project_uuid})}
-    assert offsets == {"alpha": 6, "beta": 4}
+    assert offsets == {"alpha": 6, "beta": 6}
+    assert series(api, *beta_series) == [(today, 2), (day, 5)]
+    assert datetime.now(UTC).date().isoformat() == today, "crossed midnight during the test"
