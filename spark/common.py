@@ -8,7 +8,8 @@ topics, subscriptions and their cursors) is small and read on the driver with py
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,11 +111,16 @@ def topic_key(project_uuid: str, topic: str) -> str:
     return f"{project_uuid}.{topic}"
 
 
-def mongo_database(uri: str, database: str) -> Any:
+@contextlib.contextmanager
+def mongo_database(uri: str, database: str) -> Iterator[Any]:
+    """The metadata database, its client closed on the way out."""
     from pymongo import MongoClient
 
     client: MongoClient[dict[str, Any]] = MongoClient(uri, tz_aware=True)
-    return client[database]
+    try:
+        yield client[database]
+    finally:
+        client.close()
 
 
 def read_projects(db: Any) -> dict[str, str]:

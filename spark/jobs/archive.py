@@ -102,7 +102,11 @@ def write_state(db: Any, rows: list[tuple[str, str, int]]) -> None:
 
 def run(spark: SparkSession, args: argparse.Namespace) -> int:
     """Archive what is new; the number of messages archived."""
-    db = common.mongo_database(args.mongo_uri, args.mongo_database)
+    with common.mongo_database(args.mongo_uri, args.mongo_database) as db:
+        return _run(spark, args, db)
+
+
+def _run(spark: SparkSession, args: argparse.Namespace, db: Any) -> int:
     projects = common.read_projects(db)
     topics = common.read_topics(db)
     bounds = common.kafka_end_offsets(args.bootstrap_servers, [common.topic_key(p, t) for p, t in topics])

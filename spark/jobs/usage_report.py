@@ -148,8 +148,12 @@ def _docs(df: DataFrame, day: str) -> list[dict[str, Any]]:
 
 def run(spark: SparkSession, args: argparse.Namespace) -> int:
     """Compute and store the figures of ``args.day``; the number of that day's messages."""
+    with common.mongo_database(args.mongo_uri, args.mongo_database) as db:
+        return _run(spark, args, db)
+
+
+def _run(spark: SparkSession, args: argparse.Namespace, db: Any) -> int:
     day: str = args.day
-    db = common.mongo_database(args.mongo_uri, args.mongo_database)
     topics = common.read_topics(db)
     subs = common.read_subscriptions(db)
     bounds = common.kafka_end_offsets(args.bootstrap_servers, [common.topic_key(p, t) for p, t in topics])

@@ -3,6 +3,7 @@ driver's Kafka and MongoDB calls replaced (their real counterparts run in the cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +41,7 @@ def records(spark: SparkSession, times: list[str]) -> DataFrame:
 @pytest.fixture
 def io(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     calls: dict[str, Any] = {"kafka_options": [], "replaced": {}, "state": {}}
-    monkeypatch.setattr(common, "mongo_database", lambda uri, name: object())
+    monkeypatch.setattr(common, "mongo_database", lambda uri, name: contextlib.nullcontext(object()))
     monkeypatch.setattr(common, "read_projects", lambda db: {P1: "ARGO"})
     monkeypatch.setattr(common, "read_topics", lambda db: [(P1, "alerts"), (P1, "empty")])
     monkeypatch.setattr(common, "read_subscriptions", lambda db: [common.SubscriptionState(P1, "sub", "alerts", 2, 0)])
