@@ -133,7 +133,7 @@ test-static: venv
 INVENTORY ?= inventories/production
 PLAYBOOK ?= playbooks/site.yml
 ANSIBLE_ARGS ?=
-DEPLOY_ARTIFACTS ?= kafka wheels spark
+DEPLOY_ARTIFACTS ?= kafka wheels spark spark-jobs
 deploy: venv
 	$(BIN)/python tools/artifacts.py $(DEPLOY_ARTIFACTS)
 	$(ANSIBLE_PATH) $(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ANSIBLE_ARGS)

@@ -8,7 +8,9 @@ topics, subscriptions and their cursors) is small and read on the driver with py
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +111,23 @@ class SubscriptionState:
 
 def topic_key(project_uuid: str, topic: str) -> str:
     return f"{project_uuid}.{topic}"
+
+
+#: Where the jobs take the metadata store's URI from when ``--mongo-uri`` is not given: an
+#: environment variable keeps its credentials out of the process list (the spark role's
+#: ams-spark-job reads it from a file only the spark user can read).
+MONGO_URI_ENV = "AMS_SPARK_MONGO_URI"
+DEFAULT_MONGO_URI = "mongodb://127.0.0.1:27017"
+
+
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--mongo-uri`` (default: $AMS_SPARK_MONGO_URI, else the local server) and ``--mongo-database``."""
+    parser.add_argument(
+        "--mongo-uri",
+        default=os.environ.get(MONGO_URI_ENV) or DEFAULT_MONGO_URI,
+        help=f"the metadata store (default: ${MONGO_URI_ENV}, else {DEFAULT_MONGO_URI})",
+    )
+    parser.add_argument("--mongo-database", default="argo_msg")
 
 
 @contextlib.contextmanager

@@ -15,6 +15,13 @@ target         what                                                        role 
                checkout and a wheel of every runtime dependency
                (requirements.txt), gathered in ``wheels/``
 ``spark``      ``spark/``: wheels of ``pyspark`` and ``py4j``                  ``spark_wheelhouse_src``
+``spark-jobs`` ``spark-jobs/``: what the AMS Spark jobs need on the            ``spark_jobs_src``
+               driver host: ``ams-spark-jobs.zip`` (the ``spark/``
+               package, for ``--py-files``), ``ams_spark_job.py`` (the
+               main file), ``jars/`` (the Kafka connector from Maven
+               Central, minus what pyspark ships) and ``wheels/`` (the
+               driver's pymongo, dnspython and confluent-kafka, pinned
+               as in requirements.txt)
 ``tls``        ``tls/``: a throwaway CA and a certificate for 127.0.0.1 and    ``haproxy_tls_*_src``
                localhost (``ca.pem``, ``server.pem``, ``server.key``), for     (test inventory only)
                the test inventory's haproxy
@@ -40,6 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
 import services
+import spark_cluster
 import toolkit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,6 +57,9 @@ FERRETDB_DIR = ARTIFACTS / "ferretdb"
 WHEELS_DIR = ARTIFACTS / "wheels"
 WHEELHOUSE_TAR = ARTIFACTS / "ams-wheelhouse.tar"
 SPARK_DIR = ARTIFACTS / "spark"
+SPARK_JOBS_DIR = ARTIFACTS / "spark-jobs"
+#: What the jobs' driver imports besides pyspark (spark/common.py), at the pins of requirements.txt.
+SPARK_DRIVER_PACKAGES = ("pymongo", "dnspython", "confluent-kafka")
 TLS_DIR = ARTIFACTS / "tls"
 
 SCALA_VERSION = services.SCALA_VERSION
@@ -191,6 +202,51 @@ def build_spark() -> Path:
     return SPARK_DIR
 
 
+def pinned(requirements: str, names: Sequence[str]) -> list[str]:
+    """The ``name==version`` lines of ``requirements`` for ``names`` (pure); each must be pinned there."""
+    pins = {}
+    for line in requirements.splitlines():
+        spec = line.split("#", 1)[0].strip()
+        if "==" in spec:
+            name, version = spec.split("==", 1)
+            pins[name.strip().lower()] = f"{name.strip()}=={version.strip()}"
+    missing = [n for n in names if n.lower() not in pins]
+    if missing:
+        raise ArtifactError(f"not pinned in requirements.txt: {', '.join(missing)}")
+    return [pins[n.lower()] for n in names]
+
+
+def build_spark_jobs() -> Path:
+    SPARK_JOBS_DIR.mkdir(parents=True, exist_ok=True)
+    try:
+        jars = spark_cluster.install_jars()
+    except spark_cluster.SparkError as exc:
+        raise ArtifactError(str(exc)) from exc
+    jars_dir = SPARK_JOBS_DIR / "jars"
+    fresh = jars_dir.with_name("jars.tmp")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir()
+    for jar in jars:
+        shutil.copy2(jar, fresh / jar.name)
+    shutil.rmtree(jars_dir, ignore_errors=True)
+    fresh.rename(jars_dir)
+    if spark_cluster.build_py_files(target=SPARK_JOBS_DIR / "ams-spark-jobs.zip") is None:
+        raise ArtifactError(f"no spark package in {spark_cluster.PACKAGE_DIR}")
+    main = SPARK_JOBS_DIR / "ams_spark_job.py"
+    source = (spark_cluster.PACKAGE_DIR / "__main__.py").read_bytes()
+    if not (main.exists() and main.read_bytes() == source):
+        main.write_bytes(source)
+    specs = pinned((ROOT / "requirements.txt").read_text(), SPARK_DRIVER_PACKAGES)
+    wheels = SPARK_JOBS_DIR / "wheels"
+    fresh = wheels.with_name("wheels.tmp")  # only the pinned releases: no stale wheel for pip to prefer
+    shutil.rmtree(fresh, ignore_errors=True)
+    _pip("wheel", "--quiet", "--wheel-dir", str(fresh), *specs)
+    shutil.rmtree(wheels, ignore_errors=True)
+    fresh.rename(wheels)
+    say(f"{SPARK_JOBS_DIR.relative_to(ROOT)}: {len(jars)} jars, the jobs' zip and main, wheels of {' '.join(specs)}")
+    return SPARK_JOBS_DIR
+
+
 def build_tls() -> Path:
     files = services.make_tls(TLS_DIR)
     say(f"{TLS_DIR.relative_to(ROOT)}: a test CA ({files.ca.name}) and a certificate for 127.0.0.1 and localhost")
@@ -202,6 +258,7 @@ TARGETS: dict[str, Callable[[], Path]] = {
     "ferretdb": build_ferretdb,
     "wheels": build_wheels,
     "spark": build_spark,
+    "spark-jobs": build_spark_jobs,
     "tls": build_tls,
 }
 
@@ -214,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         for name in names:
             TARGETS[name]()
-    except (ArtifactError, services.ServiceError) as exc:
+    except (ArtifactError, services.ServiceError, spark_cluster.SparkError) as exc:
         print(f"artifacts: {exc}", file=sys.stderr)
         return 1
     return 0

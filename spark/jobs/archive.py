@@ -139,8 +139,7 @@ def _run(spark: SparkSession, args: argparse.Namespace, db: Any) -> int:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="archive", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--bootstrap-servers", required=True, help="Kafka bootstrap servers host:port,...")
-    parser.add_argument("--mongo-uri", default="mongodb://127.0.0.1:27017")
-    parser.add_argument("--mongo-database", default="argo_msg")
+    common.add_store_arguments(parser)
     parser.add_argument("--output-dir", required=True, help="Parquet root: project=…/topic=…/date=…")
     parser.add_argument("--master", default=None, help="only outside spark-submit, e.g. local[2]")
     return parser.parse_args(argv)

@@ -168,6 +168,12 @@ def test_production_inventory_computes_the_topology() -> None:
     uri = _templated(inventory, "ams1.example.org", "ams_mongo_uri", vault)
     assert uri == "mongodb://ams:CHANGE-ME@mongo1.example.org:27017/?replicaSet=rs0&authSource=argo_msg"
     assert _templated(inventory, "ams1.example.org", "ams_service_token", vault) == "CHANGE-ME-openssl-rand-hex-32"
+    # the Spark master drives the jobs against the same Kafka and metadata store as the AMS nodes
+    assert _templated(inventory, "spark1.example.org", "spark_jobs_mongo_uri", vault) == uri
+    assert _templated(inventory, "spark1.example.org", "spark_jobs_kafka_bootstrap_servers", vault) == (
+        "10.0.0.21:9092,10.0.0.22:9092,10.0.0.23:9092"
+    )
+    assert _templated(inventory, "spark1.example.org", "spark_jobs_enabled", vault) is True
 
 
 def _local_playbook(playbook: Path) -> list[str]:

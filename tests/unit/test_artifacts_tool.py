@@ -7,6 +7,8 @@ import io
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ROOT, load_tool
 
 artifacts = load_tool("artifacts")
@@ -73,3 +75,12 @@ def test_molecule_runs_the_longest_scenarios_first() -> None:
 def test_every_role_has_a_scenario() -> None:
     roles = sorted(p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file())
     assert set(roles) <= set(molecule_run.all_scenarios())
+
+
+def test_spark_driver_wheels_follow_the_pins_of_requirements() -> None:
+    text = "# comment\nFlask==3.1.3\npymongo==4.20.0  # the store\nconfluent-kafka == 2.16.1\nrequests>=2\n"
+    assert artifacts.pinned(text, ["pymongo", "Confluent-Kafka"]) == ["pymongo==4.20.0", "confluent-kafka==2.16.1"]
+    with pytest.raises(artifacts.ArtifactError, match=r"not pinned in requirements\.txt: requests"):
+        artifacts.pinned(text, ["pymongo", "requests"])
+    # the real file pins every package the driver needs
+    assert len(artifacts.pinned((ROOT / "requirements.txt").read_text(), artifacts.SPARK_DRIVER_PACKAGES)) == 3

@@ -277,3 +277,79 @@ def test_metrics_timer_writes_the_published_counts(host, api):
     prom = "/var/lib/ams/metrics/ams.prom"
     wait_until(lambda: expected in host.file(prom).content_string, f"{expected} in {prom}")
     assert host.file(prom).user == "ams"
+
+
+# ---------------------------------------------------------------------- the Spark jobs ---------
+JOB_TIMERS = ["ams-spark-usage-report.timer", "ams-spark-archive.timer"]
+SPARK_DATA = "/var/lib/spark"
+
+
+@pytest.mark.parametrize("unit", ["spark-master", "spark-worker"])
+def test_spark_daemons_run(host, unit):
+    assert host.service(unit).is_running
+    assert host.service(unit).is_enabled
+
+
+@pytest.mark.parametrize("timer", JOB_TIMERS)
+def test_job_timers_are_active_and_enabled(host, timer):
+    assert host.run(f"systemctl is-enabled {timer}").stdout.strip() == "enabled"
+    assert host.run(f"systemctl is-active {timer}").stdout.strip() == "active"
+    assert host.run(f"systemctl show -p NextElapseUSecRealtime --value {timer}").stdout.strip()
+
+
+def test_the_jobs_store_uri_stays_private(host):
+    env = host.file("/etc/spark/ams-jobs.env")
+    assert (env.user, env.group, env.mode) == ("root", "spark", 0o640)
+    assert f"mongodb://127.0.0.1:{VARS['mongodb_port']}" in env.content_string
+    # the command line carries no URI: the jobs read it from the environment
+    assert "mongodb://" not in host.file("/usr/local/bin/ams-spark-job").content_string
+    assert "mongodb://" not in host.run("systemctl cat ams-spark-job@.service").stdout
+
+
+def test_ams_spark_job_refuses_other_users_and_unknown_jobs(host):
+    assert host.run("ams-spark-job").rc == 2
+    assert host.run("ams-spark-job no_such_job").rc == 2
+    other = host.run("runuser -u ams -- /usr/local/bin/ams-spark-job archive")
+    assert other.rc == 2
+    assert "run it as spark or as root" in other.stderr
+
+
+def test_jobs_report_and_archive_the_appliance_traffic(host, api):
+    """usage_report (by hand, for today) and archive (through its unit, as the timer starts it) on the
+    appliance's own Spark cluster, Kafka and metadata store: exactly the published messages."""
+    from pymongo import MongoClient
+
+    topic = unique("spark")
+    api.call("PUT", f"/projects/{PROJECT}/topics/{topic}")
+    payloads = [f"spark-{i}" * (i + 1) for i in range(5)]
+    api.call("POST", f"/projects/{PROJECT}/topics/{topic}:publish", {"messages": [{"data": b64(p)} for p in payloads]})
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+
+    report = host.run(f"ams-spark-job usage_report --day {today}")  # as root: it switches to spark
+    assert report.rc == 0, report.stderr[-4000:]
+    assert "usage_report: " in report.stdout
+
+    client: MongoClient[dict[str, Any]] = MongoClient(f"mongodb://127.0.0.1:{VARS['mongodb_port']}")
+    try:
+        db = client[VARS["ams_mongo_database"]]
+        project = db["projects"].find_one({"name": PROJECT})
+        assert project is not None
+        doc = db["usage_daily"].find_one({"day": today, "project_uuid": project["uuid"], "topic": topic})
+        assert doc is not None
+        assert (doc["messages"], doc["bytes"]) == (5, sum(len(b64(p)) for p in payloads))
+
+        started = host.run("systemctl start ams-spark-job@archive.service")
+        if started.rc != 0:
+            print(host.run("journalctl -u ams-spark-job@archive.service --no-pager -n 80").stdout)
+        assert started.rc == 0
+        assert host.run("systemctl show -p Result --value ams-spark-job@archive.service").stdout.strip() == "success"
+        state = db["archive_offsets"].find_one({"project_uuid": project["uuid"], "topic": topic})
+        assert state is not None
+        assert state["offset"] == 4
+    finally:
+        client.close()
+    archive = f"{SPARK_DATA}/ams/archive/project={PROJECT}/topic={topic}/date={today}"
+    parts = host.run(f"find {archive} -name '*.parquet'").stdout.split()
+    assert parts, f"no Parquet under {archive}"
+    assert {host.file(p).user for p in parts} == {"spark"}
+    assert host.file(f"{SPARK_DATA}/ams/usage_report/topics/day={today}/_SUCCESS").exists
