@@ -11,13 +11,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+
+from spark.session import get_spark
 
 VALUE_SCHEMA = T.StructType(
     [
@@ -197,6 +200,19 @@ def replace_day(db: Any, collection: str, day: str, key: list[str], docs: list[d
     coll.delete_many({"day": day})
     if docs:
         coll.insert_many([dict(d) for d in docs], ordered=False)
+
+
+def run_job(job: str, args: argparse.Namespace, run: Callable[[SparkSession, argparse.Namespace], int]) -> int:
+    """A job's ``main``: a session named ``ams-<job>`` (``--master`` outside spark-submit), ``run``
+    timed and reported, the session stopped whatever happens."""
+    spark = get_spark(f"ams-{job.replace('_', '-')}", master=args.master)
+    try:
+        started = time.monotonic()
+        messages = run(spark, args)
+        report(job, messages, time.monotonic() - started)
+    finally:
+        spark.stop()
+    return 0
 
 
 def report(job: str, messages: int, seconds: float) -> None:

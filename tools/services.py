@@ -43,7 +43,6 @@ import toolkit
 KAFKA_VERSION = "3.9.1"
 SCALA_VERSION = "2.13"
 SLF4J_VERSION = "1.7.36"  # the slf4j-api Kafka 3.9 uses; its reload4j binding gives the broker a log
-DEPENDENCY_PLUGIN_VERSION = "3.6.1"
 FERRETDB_MODULE = "github.com/FerretDB/FerretDB"
 FERRETDB_VERSION = "v1.24.0"
 #: Debian packages, each with the file that shows it is installed.
@@ -114,12 +113,7 @@ class Ports:
         env = os.environ if env is None else env
 
         def port(name: str, default: int) -> int:
-            text = env.get(name, "").strip()
-            if not text:
-                return default
-            if not text.isdigit() or not 0 < int(text) < 65536:
-                raise ServiceError(f"{name}={text!r} is not a TCP port")
-            return int(text)
+            return toolkit.env_port(env, name, default, ServiceError)
 
         ports = cls(
             zookeeper=port("AMS_SVC_ZK_PORT", DEFAULT_ZK_PORT),
@@ -201,35 +195,12 @@ def render_log4j(extra: Mapping[str, str] | None = None) -> str:
 
 
 def render_pom() -> str:
-    deps = [
-        ("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION),
-        ("org.slf4j", "slf4j-reload4j", SLF4J_VERSION),
-    ]
-    dependencies = "\n".join(
-        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
-        for g, a, v in deps
+    return toolkit.render_pom(
+        "kafka-broker",
+        KAFKA_VERSION,
+        f"Written by tools/services.py: the jars of a Kafka {KAFKA_VERSION} broker.",
+        [("org.apache.kafka", f"kafka_{SCALA_VERSION}", KAFKA_VERSION), ("org.slf4j", "slf4j-reload4j", SLF4J_VERSION)],
     )
-    return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <!-- Written by tools/services.py: the jars of a Kafka {KAFKA_VERSION} broker. -->
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>ams-app.tools</groupId>
-  <artifactId>kafka-broker</artifactId>
-  <version>{KAFKA_VERSION}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-{dependencies}
-  </dependencies>
-  <build>
-    <plugins>
-      <plugin>
-        <groupId>org.apache.maven.plugins</groupId>
-        <artifactId>maven-dependency-plugin</artifactId>
-        <version>{DEPENDENCY_PLUGIN_VERSION}</version>
-      </plugin>
-    </plugins>
-  </build>
-</project>
-"""
 
 
 def node_port(n: int) -> int:
@@ -368,23 +339,8 @@ def _port_open(port: int, host: str = HOST, timeout: float = 0.5) -> bool:
         return False
 
 
-def _wait_until(
-    what: str, ready: Callable[[], bool], *, timeout: float, pid: int, marker: str, log: Path, interval: float = 0.25
-) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        if not toolkit.alive(pid, marker):
-            raise ServiceError(f"{what} (pid {pid}) exited while starting; last lines of {log}:\n{toolkit.tail(log)}")
-        try:
-            if ready():
-                return
-        except Exception:  # a probe that fails just means "not yet"
-            pass
-        if time.monotonic() > deadline:
-            raise ServiceError(
-                f"{what} (pid {pid}) not ready after {timeout:.0f}s; last lines of {log}:\n{toolkit.tail(log)}"
-            )
-        time.sleep(interval)
+def _wait_until(what: str, ready: Callable[[], bool], *, timeout: float, pid: int, marker: str, log: Path) -> None:
+    toolkit.wait_until(what, ready, timeout=timeout, pid=pid, marker=marker, log=log, error=ServiceError)
 
 
 def _locked(directory: Path) -> contextlib.AbstractContextManager[None]:
@@ -472,22 +428,7 @@ def install_kafka() -> None:
     KAFKA_HOME.mkdir(parents=True, exist_ok=True)
     (KAFKA_HOME / "pom.xml").write_text(render_pom())
     staging = KAFKA_HOME / "lib.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    _run(
-        [
-            mvn,
-            "-q",
-            "-B",
-            "-f",
-            str(KAFKA_HOME / "pom.xml"),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}",
-            "-DincludeScope=runtime",
-        ],
-        timeout=BUILD_TIMEOUT,
-        what="mvn dependency:copy-dependencies",
-        cwd=KAFKA_HOME,
-    )
+    toolkit.copy_dependencies(mvn, KAFKA_HOME / "pom.xml", staging, timeout=BUILD_TIMEOUT, error=ServiceError)
     if not any(staging.glob("kafka_*.jar")) or not any(staging.glob("reload4j-*.jar")):
         raise ServiceError(f"Maven finished but {staging} lacks the Kafka or reload4j jars")
     shutil.rmtree(KAFKA_LIB, ignore_errors=True)

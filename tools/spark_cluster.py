@@ -42,7 +42,6 @@ SCALA_BINARY = "2.12"
 #: connector of the same 3.5 maintenance line, whose internal Spark API is the same.
 KAFKA_CONNECTOR_VERSION = "3.5.7"
 KAFKA_CONNECTOR = ("org.apache.spark", f"spark-sql-kafka-0-10_{SCALA_BINARY}", KAFKA_CONNECTOR_VERSION)
-DEPENDENCY_PLUGIN_VERSION = "3.6.1"
 
 # --- ports ----------------------------------------------------------------------------------
 HOST = "127.0.0.1"
@@ -102,12 +101,7 @@ class Ports:
         env = os.environ if env is None else env
 
         def port(name: str, default: int) -> int:
-            text = env.get(name, "").strip()
-            if not text:
-                return default
-            if not text.isdigit() or not 0 < int(text) < 65536:
-                raise SparkError(f"{name}={text!r} is not a TCP port")
-            value = int(text)
+            value = toolkit.env_port(env, name, default, SparkError)  # the defaults are none of these
             if value in RESERVED_PORTS or 20000 <= value < 50000:
                 raise SparkError(f"{name}={value} is a port other tooling of the repository uses")
             return value
@@ -133,28 +127,12 @@ class Ports:
 
 def render_pom() -> str:
     """The pom whose runtime dependencies are the Kafka connector and what it needs."""
-    group, artifact, version = KAFKA_CONNECTOR
-    return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <!-- Written by tools/spark_cluster.py: the Kafka source of Spark {version} and its dependencies. -->
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>ams-app.tools</groupId>
-  <artifactId>spark-kafka-jars</artifactId>
-  <version>{SPARK_VERSION}</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId><version>{version}</version></dependency>
-  </dependencies>
-  <build>
-    <plugins>
-      <plugin>
-        <groupId>org.apache.maven.plugins</groupId>
-        <artifactId>maven-dependency-plugin</artifactId>
-        <version>{DEPENDENCY_PLUGIN_VERSION}</version>
-      </plugin>
-    </plugins>
-  </build>
-</project>
-"""
+    return toolkit.render_pom(
+        "spark-kafka-jars",
+        SPARK_VERSION,
+        f"Written by tools/spark_cluster.py: the Kafka source of Spark {KAFKA_CONNECTOR[2]} and its dependencies.",
+        [KAFKA_CONNECTOR],
+    )
 
 
 _JAR_NAME = re.compile(r"^(?P<name>.+?)-(?P<version>\d+(?:\.\d+)+[^/]*)\.jar$")
@@ -356,23 +334,7 @@ def install_jars(home: Path | None = None) -> list[Path]:
     pom = MAVEN_DIR / "pom.xml"
     pom.write_text(render_pom())
     staging = MAVEN_DIR / "resolved"
-    shutil.rmtree(staging, ignore_errors=True)
-    toolkit.run(
-        [
-            mvn,
-            "-q",
-            "-B",
-            "-f",
-            str(pom),
-            "dependency:copy-dependencies",
-            f"-DoutputDirectory={staging}",
-            "-DincludeScope=runtime",
-        ],
-        timeout=MAVEN_TIMEOUT,
-        what="mvn dependency:copy-dependencies",
-        error=SparkError,
-        cwd=MAVEN_DIR,
-    )
+    toolkit.copy_dependencies(mvn, pom, staging, timeout=MAVEN_TIMEOUT, error=SparkError)
     resolved = sorted(p.name for p in staging.glob("*.jar"))
     wanted = jars_to_add(resolved, (p.name for p in (home / "jars").glob("*.jar")))
     if not any(name.startswith(f"{KAFKA_CONNECTOR[1]}-") for name in wanted):
@@ -467,18 +429,9 @@ def cluster_ready(ports: Ports) -> bool:
 
 
 def _wait(what: str, probe: Callable[[], bool], daemon: Daemon, pid: int) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not probe():
-        if not toolkit.alive(pid, daemon.main_class):
-            raise SparkError(
-                f"{what} (pid {pid}) exited while starting; last lines of {daemon.log}:\n{toolkit.tail(daemon.log)}"
-            )
-        if time.monotonic() > deadline:
-            raise SparkError(
-                f"{what} (pid {pid}) not ready after {READY_TIMEOUT:.0f}s; last lines of {daemon.log}:\n"
-                f"{toolkit.tail(daemon.log)}"
-            )
-        time.sleep(0.25)
+    toolkit.wait_until(
+        what, probe, timeout=READY_TIMEOUT, pid=pid, marker=daemon.main_class, log=daemon.log, error=SparkError
+    )
 
 
 def start_cluster(ports: Ports | None = None) -> Ports:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -41,6 +42,73 @@ def run(
         out = (done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:]
         raise error(f"{what} failed (exit {done.returncode}): {' '.join(argv)}\n" + "\n".join(out))
     return done
+
+
+def env_port(env: Mapping[str, str], name: str, default: int, error: type[Exception]) -> int:
+    """The TCP port in ``env[name]``, ``default`` when it is unset or blank; else ``error``."""
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise error(f"{name}={text!r} is not a TCP port")
+    return int(text)
+
+
+# ============================================================================================
+# Maven: jars from Maven Central (the broker of tools/services.py, Spark's Kafka connector)
+# ============================================================================================
+#: maven-dependency-plugin release pinned in the poms (copy-dependencies).
+DEPENDENCY_PLUGIN_VERSION = "3.6.1"
+
+
+def render_pom(artifact_id: str, version: str, comment: str, dependencies: Sequence[tuple[str, str, str]]) -> str:
+    """A pom (packaging pom) whose runtime dependencies are ``dependencies`` (group, artifact, version)."""
+    deps = "\n".join(
+        f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version></dependency>"
+        for g, a, v in dependencies
+    )
+    return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <!-- {comment} -->
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>ams-app.tools</groupId>
+  <artifactId>{artifact_id}</artifactId>
+  <version>{version}</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{deps}
+  </dependencies>
+  <build>
+    <plugins>
+      <plugin>
+        <groupId>org.apache.maven.plugins</groupId>
+        <artifactId>maven-dependency-plugin</artifactId>
+        <version>{DEPENDENCY_PLUGIN_VERSION}</version>
+      </plugin>
+    </plugins>
+  </build>
+</project>
+"""
+
+
+def copy_dependencies(mvn: str, pom: Path, output: Path, *, timeout: float, error: type[Exception]) -> None:
+    """``mvn dependency:copy-dependencies`` of ``pom``: its runtime jars into ``output`` (emptied first)."""
+    shutil.rmtree(output, ignore_errors=True)
+    run(
+        [
+            mvn,
+            "-q",
+            "-B",
+            "-f",
+            str(pom),
+            "dependency:copy-dependencies",
+            f"-DoutputDirectory={output}",
+            "-DincludeScope=runtime",
+        ],
+        timeout=timeout,
+        what="mvn dependency:copy-dependencies",
+        error=error,
+        cwd=pom.parent,
+    )
 
 
 # ============================================================================================
@@ -156,6 +224,33 @@ def kill(pid_file: Path, marker: str) -> bool:
         wait_gone(pid, marker, 10.0)
     pid_file.unlink(missing_ok=True)
     return pid is not None
+
+
+def wait_until(
+    what: str,
+    ready: Callable[[], bool],
+    *,
+    timeout: float,
+    pid: int,
+    marker: str,
+    log: Path,
+    error: type[Exception],
+    interval: float = 0.25,
+) -> None:
+    """Poll ``ready`` (an exception means "not yet") until it is true; ``error`` with the end of
+    ``log`` when the process ``pid`` exits first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if not alive(pid, marker):
+            raise error(f"{what} (pid {pid}) exited while starting; last lines of {log}:\n{tail(log)}")
+        try:
+            if ready():
+                return
+        except Exception:  # a probe that fails just means "not yet"
+            pass
+        if time.monotonic() > deadline:
+            raise error(f"{what} (pid {pid}) not ready after {timeout:.0f}s; last lines of {log}:\n{tail(log)}")
+        time.sleep(interval)
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -26,7 +25,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark import common
-from spark.session import get_spark
 
 OFFSETS = "archive_offsets"
 PARTITIONS = ["project", "topic", "date"]
@@ -147,14 +145,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = get_spark("ams-archive", master=args.master)
-    try:
-        started = time.monotonic()
-        messages = run(spark, args)
-        common.report("archive", messages, time.monotonic() - started)
-    finally:
-        spark.stop()
-    return 0
+    return common.run_job("archive", args, run)
 
 
 if __name__ == "__main__":

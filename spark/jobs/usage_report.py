@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -25,7 +24,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from spark import common
-from spark.session import get_spark
 
 TOPIC_DAILY = "usage_daily"
 SUBSCRIPTION_DAILY = "usage_daily_subscriptions"
@@ -203,14 +201,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    spark = get_spark("ams-usage-report", master=args.master)
-    try:
-        started = time.monotonic()
-        messages = run(spark, args)
-        common.report("usage_report", messages, time.monotonic() - started)
-    finally:
-        spark.stop()
-    return 0
+    return common.run_job("usage_report", args, run)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ from pymongo import MongoClient
 from pyspark.sql import SparkSession
 
 from spark.session import get_spark
-from tests.api.test_metrics import by_name
+from tests.api.test_metrics_history import series as metric_series
 from tests.helpers import ROOT, AmsServer, Api, b64, load_tool, unique
 
 spark_cluster = load_tool("spark_cluster")
@@ -72,8 +72,7 @@ def archived(reader: SparkSession, root: Path) -> list[tuple[str, str, str, str,
 
 def series(api: Api, path: str, name: str) -> list[tuple[str, int]]:
     """A daily series of a ``:metrics`` answer: (day, messages), newest first."""
-    metrics = by_name(api.ok("GET", path)["metrics"])
-    return [(p["timestamp"], p["value"]) for p in metrics[name]["timeseries"]]
+    return metric_series(api.ok("GET", path)["metrics"], name)
 
 
 @pytest.mark.timeout(1200)

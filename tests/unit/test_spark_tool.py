@@ -32,7 +32,7 @@ def test_pom_asks_for_the_kafka_connector_and_pins_the_plugin() -> None:
     plugin = root.find("m:build/m:plugins/m:plugin", POM_NS)
     assert plugin is not None
     assert plugin.findtext("m:artifactId", namespaces=POM_NS) == "maven-dependency-plugin"
-    assert plugin.findtext("m:version", namespaces=POM_NS) == spark_cluster.DEPENDENCY_PLUGIN_VERSION
+    assert plugin.findtext("m:version", namespaces=POM_NS) == spark_cluster.toolkit.DEPENDENCY_PLUGIN_VERSION == "3.6.1"
 
 
 def test_connector_is_of_the_pyspark_maintenance_line() -> None:
