@@ -32,7 +32,7 @@ import toolkit
 
 # --- what the image is ----------------------------------------------------------------------
 #: Bump to force a rebuild when something not in the lists below changes (the rootfs tweaks).
-IMAGE_VERSION = 2
+IMAGE_VERSION = 3
 IMAGE = "localhost/ams-debian:bookworm"
 SUITE = "bookworm"
 VARIANT = "minbase"
@@ -48,7 +48,20 @@ PACKAGES: tuple[str, ...] = (
     "iproute2",
     "curl",
     "openjdk-17-jre-headless",
+    # what the roles install from apt, so that a converge needs no package index: the multi-host
+    # scenario's containers have no route out (molecule/multinode), and eleven apt-get updates cost minutes
+    "python3-venv",  # ams, spark, mongodb: the roles' virtualenvs
+    "python3-packaging",  # ansible.builtin.pip needs it on the host
+    "python3-yaml",  # mongodb
+    "libzookeeper-java",  # zookeeper
+    "haproxy",
+    "socat",  # haproxy: the role's server_state talks to the stats socket
+    "openssl",  # haproxy: the stats password hash
 )
+#: Services the baked-in packages enable at install, off in the image: the role that needs one
+#: configures it, then enables and starts it (haproxy would run Debian's sample configuration on
+#: every host).
+DISABLED_UNITS: tuple[str, ...] = ("haproxy.service",)
 #: Units that cannot work (no consoles, no udev, no kernel modules) or that would race a converge
 #: for the dpkg lock (the apt timers): linked to /dev/null.
 MASKED_UNITS: tuple[str, ...] = (
@@ -420,6 +433,10 @@ def _trim_rootfs(rootfs: Path, mirror: str, security: str) -> None:
     for log in ("bootstrap.log", "dpkg.log", "alternatives.log"):
         (rootfs / "var" / "log" / log).unlink(missing_ok=True)
     _mask_units(rootfs, MASKED_UNITS)
+    # a baked-in package's service stays off until its role configures and enables it
+    for wanted in (rootfs / "etc" / "systemd" / "system").glob("*.wants/*"):
+        if wanted.name in DISABLED_UNITS:
+            wanted.unlink()
 
 
 def _import(rootfs: Path, digest: str, image: str = IMAGE) -> None:
