@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from importlib import metadata
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
+try:
+    # the installed distribution's version: a rolling upgrade shows on /v1/version (docs/ansible.md)
+    __version__ = metadata.version("ams-app")
+except metadata.PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0.0.0+unknown"
 
 if TYPE_CHECKING:
     from flask import Flask

@@ -14,6 +14,9 @@ target         what                                                        role 
 ``wheels``     ``ams-wheelhouse.tar``: the ``ams-app`` wheel of this           ``ams_wheelhouse_src``
                checkout and a wheel of every runtime dependency
                (requirements.txt), gathered in ``wheels/``
+``upgrade``    ``ams-wheelhouse-upgrade.tar``: the same wheelhouse with the    ``ams_wheelhouse_src`` and
+               project's wheel at ``VERSION+upgrade`` (version B of the        ``ams_version`` of the
+               multi-host scenario's rolling upgrade)                          upgrade (molecule/multinode)
 ``spark``      ``spark/``: wheels of ``pyspark`` and ``py4j``                  ``spark_wheelhouse_src``
 ``spark-jobs`` ``spark-jobs/``: what the AMS Spark jobs need on the            ``spark_jobs_src``
                driver host: ``ams-spark-jobs.zip`` (the ``spark/``
@@ -24,7 +27,10 @@ target         what                                                        role 
                as in requirements.txt)
 ``tls``        ``tls/``: a throwaway CA and a certificate for 127.0.0.1 and    ``haproxy_tls_*_src``
                localhost (``ca.pem``, ``server.pem``, ``server.key``), for     (test inventory only)
-               the test inventory's haproxy
+               the test inventory's haproxy; ``multinode.pem`` /
+               ``multinode.key``, the same CA's certificate for the
+               multi-host scenario's haproxy (lb1) and the test host's
+               bridge address (inventories/multinode)
 =============  ==========================================================  =========================
 
 Each target is skipped while its output is up to date (``wheels`` always rebuilds the project's
@@ -42,6 +48,7 @@ import os
 import shutil
 import sys
 import tarfile
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -56,6 +63,9 @@ KAFKA_DIR = ARTIFACTS / "kafka"
 FERRETDB_DIR = ARTIFACTS / "ferretdb"
 WHEELS_DIR = ARTIFACTS / "wheels"
 WHEELHOUSE_TAR = ARTIFACTS / "ams-wheelhouse.tar"
+UPGRADE_WHEELHOUSE_TAR = ARTIFACTS / "ams-wheelhouse-upgrade.tar"
+#: The local version label of the upgrade wheel: VERSION+upgrade, a version above VERSION (PEP 440).
+UPGRADE_LABEL = "upgrade"
 SPARK_DIR = ARTIFACTS / "spark"
 SPARK_JOBS_DIR = ARTIFACTS / "spark-jobs"
 #: What the jobs' driver imports besides pyspark (spark/common.py), at the pins of requirements.txt.
@@ -178,6 +188,47 @@ def build_wheels() -> Path:
     return WHEELHOUSE_TAR
 
 
+def upgrade_version(pyproject: str, label: str = UPGRADE_LABEL) -> tuple[str, str]:
+    """``pyproject`` with ``[project] version`` given the local label ``+label``, and that version (pure)."""
+    lines = pyproject.splitlines(keepends=True)
+    section = ""
+    for index, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            section = stripped
+        elif section == "[project]" and stripped.startswith("version") and "=" in stripped:
+            version = stripped.split("=", 1)[1].strip().strip('"').split("+", 1)[0]
+            lines[index] = f'version = "{version}+{label}"\n'
+            return "".join(lines), f"{version}+{label}"
+    raise ArtifactError("pyproject.toml has no [project] version")
+
+
+def build_upgrade_wheels() -> Path:
+    """The wheelhouse of ``wheels`` with the project's wheel rebuilt as ``VERSION+upgrade``."""
+    build_wheels()
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / "src"
+        source.mkdir()
+        for name in ("ams_app", "spark"):
+            shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy2(ROOT / "README.md", source / "README.md")
+        pyproject, version = upgrade_version((ROOT / "pyproject.toml").read_text())
+        (source / "pyproject.toml").write_text(pyproject)
+        out = Path(tmp) / "wheel"
+        _pip("wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source))
+        ours = sorted(out.glob("ams_app-*.whl"))
+        if len(ours) != 1:
+            raise ArtifactError(f"expected one ams_app wheel, built {[p.name for p in ours]}")
+        deps = [p for p in sorted(WHEELS_DIR.glob("*.whl")) if not p.name.startswith("ams_app-")]
+        data = wheelhouse_tar_bytes([*deps, ours[0]])
+    if not (UPGRADE_WHEELHOUSE_TAR.exists() and UPGRADE_WHEELHOUSE_TAR.read_bytes() == data):
+        staging = UPGRADE_WHEELHOUSE_TAR.with_name(f"{UPGRADE_WHEELHOUSE_TAR.name}.tmp")
+        staging.write_bytes(data)
+        staging.rename(UPGRADE_WHEELHOUSE_TAR)
+    say(f"{UPGRADE_WHEELHOUSE_TAR.relative_to(ROOT)}: ams_app {version} and {len(deps)} dependencies")
+    return UPGRADE_WHEELHOUSE_TAR
+
+
 def wheelhouse_tar_bytes(wheels: Sequence[Path]) -> bytes:
     """An uncompressed tar of the wheels (wheels are zips already), sorted, fixed owners and times (pure)."""
     raw = io.BytesIO()
@@ -247,16 +298,62 @@ def build_spark_jobs() -> Path:
     return SPARK_JOBS_DIR
 
 
+#: The multi-host scenario's names and addresses its haproxy certificate covers (inventories/multinode):
+#: the haproxy host and the test host's end of the bridge, where the tests' push receiver listens.
+MULTINODE_SANS = ("DNS:lb1", "IP:172.31.213.10", "IP:172.31.213.1")
+
+
 def build_tls() -> Path:
     files = services.make_tls(TLS_DIR)
     say(f"{TLS_DIR.relative_to(ROOT)}: a test CA ({files.ca.name}) and a certificate for 127.0.0.1 and localhost")
+    issue_certificate(TLS_DIR, "multinode", MULTINODE_SANS)
     return TLS_DIR
+
+
+def issue_certificate(directory: Path, name: str, sans: Sequence[str], days: int = 3650) -> Path:
+    """``name.pem`` / ``name.key``: a server certificate for ``sans`` from the CA in ``directory``
+    (kept while it still names exactly ``sans``)."""
+    cert, key = directory / f"{name}.pem", directory / f"{name}.key"
+    wanted = ",".join(sans)
+    marker = directory / f"{name}.sans"
+    if cert.exists() and key.exists() and marker.exists() and marker.read_text().strip() == wanted:
+        return cert
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        raise ArtifactError("openssl not found (apt-get install openssl)")
+    with tempfile.TemporaryDirectory(dir=directory) as tmp:
+        t = Path(tmp)
+        (t / "ext").write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            "extendedKeyUsage=serverAuth\n"
+            f"subjectAltName={wanted}\n"
+        )
+        common_name = sans[0].split(":", 1)[1]
+        toolkit.run(
+            [openssl, "req", "-new", "-newkey", "rsa:2048", "-nodes", "-sha256", "-keyout", "k", "-out", "csr",
+             "-subj", f"/CN={common_name}"],
+            timeout=60, what="openssl req", error=ArtifactError, cwd=t,
+        )  # fmt: skip
+        toolkit.run(
+            [openssl, "x509", "-req", "-in", "csr", "-CA", str(directory / "ca.pem"), "-CAkey",
+             str(directory / "ca.key"), "-set_serial", f"0x{os.urandom(16).hex()}", "-sha256", "-days", str(days),
+             "-extfile", "ext", "-out", "c"],
+            timeout=60, what="openssl x509", error=ArtifactError, cwd=t,
+        )  # fmt: skip
+        (t / "k").chmod(0o600)
+        os.replace(t / "k", key)
+        os.replace(t / "c", cert)
+    marker.write_text(wanted + "\n")
+    say(f"{cert.relative_to(ROOT)}: a certificate for {wanted}")
+    return cert
 
 
 TARGETS: dict[str, Callable[[], Path]] = {
     "kafka": build_kafka,
     "ferretdb": build_ferretdb,
     "wheels": build_wheels,
+    "upgrade": build_upgrade_wheels,
     "spark": build_spark,
     "spark-jobs": build_spark_jobs,
     "tls": build_tls,

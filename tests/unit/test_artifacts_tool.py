@@ -84,3 +84,17 @@ def test_spark_driver_wheels_follow_the_pins_of_requirements() -> None:
         artifacts.pinned(text, ["pymongo", "requests"])
     # the real file pins every package the driver needs
     assert len(artifacts.pinned((ROOT / "requirements.txt").read_text(), artifacts.SPARK_DRIVER_PACKAGES)) == 3
+
+
+def test_upgrade_wheel_version_is_the_project_version_with_a_local_label() -> None:
+    text = '[build-system]\nrequires = ["setuptools"]\n\n[project]\nname = "ams-app"\nversion = "0.1.0"\n'
+    rewritten, version = artifacts.upgrade_version(text)
+    assert version == "0.1.0+upgrade"
+    assert 'version = "0.1.0+upgrade"\n' in rewritten
+    assert rewritten.replace("0.1.0+upgrade", "0.1.0") == text
+    # a second pass does not stack labels, and a [project] without a version is refused
+    assert artifacts.upgrade_version(rewritten)[1] == "0.1.0+upgrade"
+    with pytest.raises(artifacts.ArtifactError, match="no \\[project\\] version"):
+        artifacts.upgrade_version('[tool.x]\nversion = "1"\n[project]\nname = "x"\n')
+    # the real pyproject.toml has one
+    assert artifacts.upgrade_version((ROOT / "pyproject.toml").read_text())[1].endswith("+upgrade")
