@@ -12,6 +12,7 @@ import re  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 from typing import Any  # noqa: E402
 
 import gevent  # noqa: E402
@@ -31,10 +32,29 @@ _SECRET_IN_URL = re.compile(r"(?<=[?&]key=)[^&\s]+|(?<=/users:byToken/)[^/?\s]+"
 
 
 class Handler(WSGIHandler):  # type: ignore[misc]
-    """Access log lines without tokens (``?key=`` and ``/users:byToken/``)."""
+    """Access log lines without tokens (``?key=`` and ``/users:byToken/``); once the server is
+    stopping, each response closes its keep-alive connection (``Connection: close``), so a proxy
+    that reuses connections to this node stops sending on them after one more answer."""
 
     def format_request(self) -> str:
         return _SECRET_IN_URL.sub("REDACTED", str(super().format_request()))
+
+    def read_requestline(self) -> Any:
+        line = super().read_requestline()
+        if line:  # a request has begun: from here on this connection is not idle
+            self.server.busy.add(self)
+        return line
+
+    def handle_one_response(self) -> None:
+        try:
+            super().handle_one_response()
+        finally:
+            self.server.busy.discard(self)
+
+    def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+        if self.server.closed and not any(name.lower() == "connection" for name, _ in headers):
+            headers = [*headers, ("Connection", "close")]  # pywsgi then closes after this response
+        return super().start_response(status, headers, exc_info)
 
 
 class Server(WSGIServer):  # type: ignore[misc]
@@ -43,6 +63,23 @@ class Server(WSGIServer):  # type: ignore[misc]
     connection (a silent or trickling client cannot hold a greenlet for ever)."""
 
     client_timeout: float = 60.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.busy: set[Handler] = set()  # handlers between a request line and their response
+
+    def drain(self, timeout: float, idle_seconds: float) -> None:
+        """Stop accepting; let requests in progress finish within ``timeout``; keep idle keep-alive
+        connections ``idle_seconds`` (a proxy may still reuse one; its request is answered and the
+        connection closed), then close them. Nothing in progress is killed before ``timeout``."""
+        self.close()
+        started = time.monotonic()
+        while self.pool is not None and len(self.pool) and time.monotonic() - started < timeout:
+            if not self.busy and time.monotonic() - started >= min(idle_seconds, timeout):
+                break  # only idle connections are left
+            gevent.sleep(0.05)
+        if self.pool is not None:
+            self.pool.kill(block=True, timeout=1)
 
     def handle(self, sock: socket.socket, address: Any) -> None:
         with contextlib.suppress(OSError):  # not a TCP socket
@@ -76,6 +113,10 @@ def serve(settings: Settings) -> int:
         **tls,
     )
     server.client_timeout = settings.client_timeout
+    # serve_forever() stops the server a second time when stop() wakes it, with this timeout: at
+    # gevent's default (1 s) it killed requests still in flight (a 500) and idle keep-alive
+    # connections a proxy was about to reuse; drain() below has done the waiting by then
+    server.stop_timeout = settings.shutdown_timeout
 
     stop_push = start_push(service, settings)
     stopped = Event()
@@ -84,7 +125,7 @@ def serve(settings: Settings) -> int:
         log.info("signal %d: stopping (in-flight requests get %.0fs)", signum, settings.shutdown_timeout)
         service.stopping.set()  # waiting pulls answer now
         pushing = gevent.spawn(stop_push, settings.shutdown_timeout)  # posts in flight finish meanwhile
-        server.stop(timeout=settings.shutdown_timeout)
+        server.drain(settings.shutdown_timeout, settings.shutdown_idle_seconds)
         pushing.join()
         stopped.set()
 

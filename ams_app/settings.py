@@ -32,6 +32,9 @@ class Settings:
     client_timeout: float = 60.0
     #: Seconds that in-flight requests get to finish after SIGTERM.
     shutdown_timeout: float = 15.0
+    #: Seconds an idle keep-alive connection stays open after SIGTERM (at most shutdown_timeout), so
+    #: that a proxy reusing connections to this node sees it stop before the connection goes.
+    shutdown_idle_seconds: float = 8.0
     #: Name of this node in the operational metrics (default: the host name).
     node_name: str = ""
     #: Seconds between flushes of the usage counters to the store (a crash loses at most this much).
@@ -150,6 +153,8 @@ class Settings:
             raise SettingsError("metrics_flush_seconds must be positive")
         if self.client_timeout <= 0:
             raise SettingsError("client_timeout must be positive")
+        if self.shutdown_idle_seconds < 0:
+            raise SettingsError("shutdown_idle_seconds must not be negative")
         if self.pull_wait_seconds < 0:
             raise SettingsError("pull_wait_seconds must not be negative")
         if not 1 <= self.default_ack_deadline <= 600:

@@ -4,6 +4,11 @@ SIGTERM lets in-flight requests finish."""
 from __future__ import annotations
 
 import base64
+import http.client
+import json
+import os
+import signal
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -131,3 +136,44 @@ def test_sigterm_lets_in_flight_requests_finish(make_server: Any, tmp_path: Path
     response = result["response"]
     assert (response.status_code, response.json()) == (200, {"receivedMessages": []})
     assert "stopped" in srv.log()
+
+
+def test_sigterm_keeps_serving_keep_alive_connections_and_closes_them(make_server: Any, tmp_path: Path) -> None:
+    """A proxy (haproxy) reuses its connections to a node: after SIGTERM, a request on a connection
+    opened before it is still answered, beyond gevent's 1 s default stop timeout, with
+    ``Connection: close``; a request in flight finishes. Nothing is killed into a 500."""
+    srv = make_server(tmp_path / "data", ams_pull_wait_seconds="4")
+    api = srv.api()
+    project = api.new_project()
+    api.ok("PUT", f"/projects/{project}/topics/t")
+    api.ok("PUT", f"/projects/{project}/subscriptions/s", {"topic": f"projects/{project}/topics/t"})
+    headers = {"x-api-key": srv.token, "Content-Type": "application/json"}
+    pull = f"/v1/projects/{project}/subscriptions/s:pull"
+    def connect() -> http.client.HTTPConnection:
+        if srv.tls is None:
+            return http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
+        context = ssl.create_default_context(cafile=os.environ["REQUESTS_CA_BUNDLE"])  # the test CA
+        return http.client.HTTPSConnection("127.0.0.1", srv.port, timeout=30, context=context)
+
+    idle = connect()
+    idle.request("GET", "/v1/status")
+    first = idle.getresponse()
+    first.read()
+    assert first.status == 200 and first.getheader("Connection", "").lower() != "close"
+    busy = connect()
+    busy.request("POST", pull, body='{"maxMessages": "1", "returnImmediately": "false"}', headers=headers)
+    time.sleep(0.3)  # the long poll is waiting on the server
+
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(2)  # past gevent's default stop timeout
+    in_flight = busy.getresponse()
+    assert (in_flight.status, json.loads(in_flight.read())) == (200, {"receivedMessages": []})
+    idle.request("POST", pull, body='{"maxMessages": "1", "returnImmediately": "true"}', headers=headers)
+    reused = idle.getresponse()
+    assert (reused.status, json.loads(reused.read())) == (200, {"receivedMessages": []})
+    assert reused.getheader("Connection", "").lower() == "close"
+    idle.close()
+    busy.close()
+    assert srv.proc.wait(30) == 0
+    assert " 500 " not in srv.log()
