@@ -149,6 +149,7 @@ def test_sigterm_keeps_serving_keep_alive_connections_and_closes_them(make_serve
     api.ok("PUT", f"/projects/{project}/subscriptions/s", {"topic": f"projects/{project}/topics/t"})
     headers = {"x-api-key": srv.token, "Content-Type": "application/json"}
     pull = f"/v1/projects/{project}/subscriptions/s:pull"
+
     def connect() -> http.client.HTTPConnection:
         if srv.tls is None:
             return http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
@@ -159,7 +160,8 @@ def test_sigterm_keeps_serving_keep_alive_connections_and_closes_them(make_serve
     idle.request("GET", "/v1/status")
     first = idle.getresponse()
     first.read()
-    assert first.status == 200 and first.getheader("Connection", "").lower() != "close"
+    assert first.status == 200
+    assert first.getheader("Connection", "").lower() != "close"
     busy = connect()
     busy.request("POST", pull, body='{"maxMessages": "1", "returnImmediately": "false"}', headers=headers)
     time.sleep(0.3)  # the long poll is waiting on the server

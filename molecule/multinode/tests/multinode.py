@@ -1,0 +1,363 @@
+"""What the multi-host scenario's tests share: the topology (read from inventories/multinode, the one
+owner of names and addresses), the API through haproxy and on each node, a client that publishes and
+pulls the whole time and counts what failed, and the containers' life (podman kill / start).
+
+The tests talk to the hosts from this machine, which has an address on the scenario's bridge
+(molecule/multinode/create.yml); inside the containers, names resolve through /etc/hosts.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import json
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import requests
+import testinfra
+import yaml
+
+ROOT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+INVENTORY = ROOT / "inventories" / "multinode"
+SCENARIO = ROOT / "molecule" / "multinode"
+
+
+def _groups() -> tuple[dict[str, list[str]], dict[str, str]]:
+    data = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]
+    groups: dict[str, list[str]] = {}
+    addresses: dict[str, str] = {}
+    for group, body in data.items():
+        groups[group] = list(body["hosts"])
+        for name, hostvars in body["hosts"].items():
+            if hostvars and "multinode_address" in hostvars:
+                addresses[name] = hostvars["multinode_address"]
+    return groups, addresses
+
+
+GROUPS, ADDRESS = _groups()
+SCENARIO_VARS = yaml.safe_load((SCENARIO / "vars" / "network.yml").read_text())
+TOKEN = yaml.safe_load((INVENTORY / "group_vars" / "all" / "20-vault.yml").read_text())["vault_ams_service_token"]
+CA = ROOT / ".cache" / "artifacts" / "tls" / "ca.pem"
+LB = GROUPS["haproxy"][0]
+API = f"https://{ADDRESS[LB]}/v1"
+AMS_PORT = 8080
+HAPROXY_SOCKET = "/run/haproxy/admin.sock"
+PROJECT = "MULTINODE"
+WAIT = 120.0
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def unb64(text: str) -> str:
+    return base64.b64decode(text).decode()
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def node_url(name: str) -> str:
+    return f"http://{ADDRESS[name]}:{AMS_PORT}/v1"
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = check()
+        except (requests.RequestException, OSError, subprocess.SubprocessError):
+            value = None
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        time.sleep(every)
+
+
+# ---------------------------------------------------------------------- containers -------------
+@cache
+def host(name: str) -> Any:
+    """testinfra's podman backend straight at the container."""
+    return testinfra.get_host(f"podman://{name}")
+
+
+def podman(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout, check=True)
+
+
+def kill(name: str) -> float:
+    """SIGKILL the container (every process in it at once, as a power loss); returns when."""
+    podman("kill", "--signal", "KILL", name)
+    return time.monotonic()
+
+
+def start(name: str) -> None:
+    """Start a killed container again (same address) and wait until its systemd is up; its enabled
+    services start by themselves."""
+    podman("start", name)
+    wait_until(
+        lambda: (
+            podman("exec", name, "systemctl", "is-system-running").stdout.strip() in ("running", "degraded") or None
+        ),
+        f"systemd running in {name} again",
+    )
+
+
+def running(name: str) -> bool:
+    return podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true"
+
+
+# ---------------------------------------------------------------------- haproxy ----------------
+def haproxy_servers() -> dict[str, str]:
+    """Each AMS node's operational state in haproxy: UP, DOWN, DRAIN, MAINT (``show stat``)."""
+    out = host(LB).run(f"echo 'show stat' | socat stdio {HAPROXY_SOCKET}")
+    assert out.rc == 0, out.stderr
+    header: list[str] = []
+    states: dict[str, str] = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("# "):
+            header = line[2:].split(",")
+            continue
+        row = dict(zip(header, line.split(","), strict=False))
+        if row.get("svname") in GROUPS["ams"]:
+            states[row["svname"]] = row["status"]
+    return states
+
+
+# ---------------------------------------------------------------------- the API ----------------
+class Api:
+    """The AMS API as a client sees it: through haproxy (TLS, the test CA), or one node's own address."""
+
+    def __init__(self, base: str = API, timeout: float = 90) -> None:
+        self.base = base
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.headers["x-api-key"] = TOKEN
+
+    def request(self, method: str, path: str, body: Any = None) -> requests.Response:
+        # verify per request: a session's verify loses to REQUESTS_CA_BUNDLE from the environment
+        verify = str(CA) if self.base.startswith("https") else True
+        return self.session.request(method, self.base + path, json=body, timeout=self.timeout, verify=verify)
+
+    def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,)) -> Any:
+        r = self.request(method, path, body)
+        assert r.status_code in ok, (method, path, r.status_code, r.text)
+        return r.json() if r.content else None
+
+    def topic(self, name: str) -> None:
+        self.call("PUT", f"/projects/{PROJECT}/topics/{name}")
+
+    def subscription(self, name: str, topic: str, ack_deadline: int = 10, push: dict[str, Any] | None = None) -> Any:
+        body: dict[str, Any] = {"topic": f"projects/{PROJECT}/topics/{topic}", "ackDeadlineSeconds": ack_deadline}
+        if push is not None:
+            body["pushConfig"] = push
+        return self.call("PUT", f"/projects/{PROJECT}/subscriptions/{name}", body)
+
+    def publish(self, topic: str, payloads: list[str]) -> list[str]:
+        body = {"messages": [{"data": b64(p)} for p in payloads]}
+        return list(self.call("POST", f"/projects/{PROJECT}/topics/{topic}:publish", body)["messageIds"])
+
+    def drain(self, sub: str, timeout: float = WAIT) -> collections.Counter[str]:
+        """Pull and acknowledge until the subscription has nothing left; every payload's count."""
+        seen: collections.Counter[str] = collections.Counter()
+        deadline = time.monotonic() + timeout
+        empty = 0
+        while empty < 2:
+            assert time.monotonic() < deadline, f"{sub} not drained within {timeout:.0f}s"
+            body = {"maxMessages": "500", "returnImmediately": "true"}
+            got = self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:pull", body)["receivedMessages"]
+            if not got:
+                empty += 1
+                time.sleep(0.5)
+                continue
+            empty = 0
+            seen.update(unb64(m["message"]["data"]) for m in got)
+            self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:acknowledge", {"ackIds": [got[-1]["ackId"]]})
+        return seen
+
+
+@dataclass
+class Failure:
+    at: float  # time.monotonic()
+    what: str  # publish, pull or ack
+    detail: str
+
+
+@dataclass
+class Traffic:
+    """A client publishing and pulling through haproxy the whole time, from two threads (so a request
+    stuck on a dead node holds up only one of them). It records every payload answered 200, every
+    payload pulled, and every request that failed (a non-2xx answer or no answer)."""
+
+    api: Api
+    topic: str
+    sub: str
+    batch: int = 5
+    pause: float = 0.02
+    published: list[str] = field(default_factory=list)
+    pulled: collections.Counter[str] = field(default_factory=collections.Counter)
+    failures: list[Failure] = field(default_factory=list)
+    requests: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> Traffic:
+        prefix = unique("m")
+        self._threads = [
+            threading.Thread(target=self._publisher, args=(prefix,), daemon=True),
+            threading.Thread(target=self._consumer, daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=self.api.timeout + 10)
+
+    def _attempt(self, what: str, method: str, path: str, body: Any) -> requests.Response | None:
+        with self._lock:
+            self.requests += 1
+        try:
+            r = self.api.request(method, path, body)
+        except requests.RequestException as exc:
+            self._fail(what, f"{type(exc).__name__}: {exc}")
+            return None
+        if r.status_code != 200:
+            self._fail(what, f"HTTP {r.status_code}: {r.text[:200]}")
+            return None
+        return r
+
+    def _fail(self, what: str, detail: str) -> None:
+        with self._lock:
+            self.failures.append(Failure(time.monotonic(), what, detail))
+
+    def _publisher(self, prefix: str) -> None:
+        seq = 0
+        path = f"/projects/{PROJECT}/topics/{self.topic}:publish"
+        while not self._stop.is_set():
+            payloads = [f"{prefix}-{seq + i}" for i in range(self.batch)]
+            seq += self.batch
+            r = self._attempt("publish", "POST", path, {"messages": [{"data": b64(p)} for p in payloads]})
+            if r is not None:
+                with self._lock:
+                    self.published.extend(payloads)
+            time.sleep(self.pause)
+
+    def _consumer(self) -> None:
+        base = f"/projects/{PROJECT}/subscriptions/{self.sub}"
+        while not self._stop.is_set():
+            r = self._attempt("pull", "POST", f"{base}:pull", {"maxMessages": "50", "returnImmediately": "true"})
+            got = r.json()["receivedMessages"] if r is not None else []
+            if got:
+                with self._lock:
+                    self.pulled.update(unb64(m["message"]["data"]) for m in got)
+                self._attempt("ack", "POST", f"{base}:acknowledge", {"ackIds": [got[-1]["ackId"]]})
+            else:
+                time.sleep(self.pause)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "requests": self.requests,
+            "published": len(self.published),
+            "failed": len(self.failures),
+            "failures": [f"{f.what}: {f.detail}" for f in self.failures],
+        }
+
+
+def report(name: str, figures: dict[str, Any]) -> None:
+    """Print a measured outcome (pytest -s shows it; docs/ansible.md quotes them) and keep it in
+    .cache/molecule/multinode-results.json."""
+    print(f"\n[multinode] {name}: {json.dumps(figures)}")
+    out = ROOT / ".cache" / "molecule" / "multinode-results.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(out.read_text()) if out.exists() else {}
+    data[name] = figures
+    out.write_text(json.dumps(data, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------- push -------------------
+class Receiver:
+    """An HTTPS push endpoint on this machine's end of the bridge, its certificate from the test CA
+    (which the nodes' ams_push_ca_src makes the push workers trust)."""
+
+    def __init__(self) -> None:
+        import ssl
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.verification = ""
+        self.received: list[str] = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _answer(self, status: int, text: str = "") -> None:
+                raw = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                self._answer(200, receiver.verification)
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+                with receiver.lock:
+                    receiver.received.append(unb64(body["message"]["data"]))
+                self._answer(200)
+
+        address = SCENARIO_VARS["multinode_bridge_address"]
+        self.server = ThreadingHTTPServer((address, 0), Handler)
+        tls = ROOT / ".cache" / "artifacts" / "tls"
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(tls / "multinode.pem", tls / "multinode.key")
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://{address}:{self.server.server_address[1]}/push"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def counts(self) -> collections.Counter[str]:
+        with self.lock:
+            return collections.Counter(self.received)
+
+
+def push_subscription(api: Api, name: str, topic: str, receiver: Receiver) -> None:
+    """A verified push subscription to ``receiver``."""
+    config = {"type": "http_endpoint", "pushEndpoint": receiver.url, "retryPolicy": {"type": "linear", "period": 100}}
+    created = api.subscription(name, topic, push=config)
+    receiver.verification = created["pushConfig"]["verificationHash"]
+    api.call("POST", f"/projects/{PROJECT}/subscriptions/{name}:verifyPushEndpoint")
+
+
+def push_owner(api: Api, name: str) -> str | None:
+    """The node whose push worker delivers the subscription now (its pushStatus), if one does."""
+    status = api.call("GET", f"/projects/{PROJECT}/subscriptions/{name}").get("pushStatus", "")
+    marker = "(push worker "
+    if "currently active" not in status or marker not in status:
+        return None
+    worker = status.split(marker, 1)[1]
+    return next((node for node in GROUPS["ams"] if worker.startswith(f"{node}-")), None)

@@ -1,0 +1,134 @@
+"""Three AMS nodes behind haproxy, with a client publishing and pulling the whole time:
+
+- the node whose push worker delivers a push subscription is killed (podman kill: the host is lost):
+  haproxy takes it out, only the client's requests in flight on it may fail (counted), another node's
+  push worker takes the subscription over and the endpoint gets every message, nothing answered 200
+  is lost;
+- a node is stopped gracefully (systemctl stop ams): not one request fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+from multinode import (
+    GROUPS,
+    PROJECT,
+    Api,
+    Receiver,
+    Traffic,
+    haproxy_servers,
+    host,
+    kill,
+    node_url,
+    push_owner,
+    push_subscription,
+    report,
+    start,
+    unique,
+    wait_until,
+)
+
+NODES = GROUPS["ams"]
+
+
+def all_up() -> bool:
+    return haproxy_servers() == dict.fromkeys(NODES, "UP")
+
+
+@pytest.fixture(scope="module")
+def api() -> Api:
+    client = Api()
+    client.call("POST", f"/projects/{PROJECT}", {"description": "molecule multinode"}, ok=(200, 409))
+    return client
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def check_nothing_lost(api: Api, traffic: Traffic, live: str, audit: str) -> dict[str, int]:
+    pulled = traffic.pulled + api.drain(live)
+    missing = [p for p in traffic.published if pulled[p] == 0]
+    assert not missing, f"{len(missing)} answered 200 but never pulled: {missing[:5]}"
+    once = api.drain(audit)
+    assert [p for p in traffic.published if once[p] != 1] == []
+    return {"lost": len(missing), "redelivered": sum(n - 1 for p, n in pulled.items() if n > 1)}
+
+
+def test_haproxy_balances_over_the_three_nodes(api):
+    wait_until(all_up, "all AMS nodes UP in haproxy")
+    for node in NODES:  # each node on its own address
+        assert requests.get(node_url(node) + "/status", timeout=10).status_code == 200
+    # round robin: six calls reach every node, and each one records its own sample under its name
+    for _ in range(2 * len(NODES)):
+        metrics = api.call("GET", "/metrics")["metrics"]
+    assert {m["resource_name"] for m in metrics if m["resource_type"] == "ams_node"} == set(NODES)
+
+
+@pytest.mark.timeout(900)
+def test_killing_a_node_fails_only_its_requests_in_flight_and_push_moves(api, receiver):
+    wait_until(all_up, "all AMS nodes UP in haproxy")
+    topic, live, audit, pushed = unique("nt"), unique("nl"), unique("na"), unique("np")
+    api.topic(topic)
+    api.subscription(live, topic)
+    api.subscription(audit, topic, ack_deadline=600)
+    push_subscription(api, pushed, topic, receiver)
+    owner = wait_until(lambda: push_owner(api, pushed), "a push worker owning the subscription")
+
+    with Traffic(api, topic, live) as traffic:
+        time.sleep(5)
+        killed = kill(owner)
+        wait_until(lambda: haproxy_servers().get(owner) == "DOWN", f"haproxy marking {owner} DOWN", every=0.2)
+        marked_down = time.monotonic() - killed
+        new_owner = wait_until(
+            lambda: (o := push_owner(api, pushed)) not in (None, owner) and o, "another node's push worker", every=0.5
+        )
+        taken_over = time.monotonic() - killed
+        time.sleep(5)
+        start(owner)
+        wait_until(lambda: haproxy_servers().get(owner) == "UP", f"{owner} UP again in haproxy", timeout=180)
+        back_up = time.monotonic() - killed
+        time.sleep(3)
+
+    summary = traffic.summary()
+    # the client runs two threads, one request each at a time: at most those two were on the node
+    assert len(traffic.failures) <= 2, summary
+    outcome = check_nothing_lost(api, traffic, live, audit)
+    wait_until(lambda: all(receiver.counts()[p] >= 1 for p in traffic.published), "every message pushed", 180)
+    pushed_twice = sum(1 for n in receiver.counts().values() if n > 1)
+    report(
+        "ams_node_killed",
+        {**{k: v for k, v in summary.items()}, **outcome, "killed": owner, "push_new_owner": new_owner,
+         "haproxy_down_after_s": round(marked_down, 1), "push_taken_over_after_s": round(taken_over, 1),
+         "node_up_again_after_s": round(back_up, 1), "pushed_more_than_once": pushed_twice},
+    )  # fmt: skip
+
+
+@pytest.mark.timeout(600)
+def test_a_graceful_stop_fails_no_request(api):
+    wait_until(all_up, "all AMS nodes UP in haproxy")
+    node = NODES[1]
+    topic, live, audit = unique("gt"), unique("gl"), unique("ga")
+    api.topic(topic)
+    api.subscription(live, topic)
+    api.subscription(audit, topic, ack_deadline=600)
+    with Traffic(api, topic, live) as traffic:
+        time.sleep(5)
+        stopped = host(node).run("systemctl stop ams")
+        assert stopped.rc == 0, stopped.stderr
+        wait_until(lambda: haproxy_servers().get(node) == "DOWN", f"haproxy marking {node} DOWN")
+        time.sleep(5)
+        assert host(node).run("systemctl start ams").rc == 0
+        wait_until(lambda: haproxy_servers().get(node) == "UP", f"{node} UP again")
+        time.sleep(3)
+    summary = traffic.summary()
+    assert traffic.failures == [], summary
+    outcome = check_nothing_lost(api, traffic, live, audit)
+    report("ams_node_graceful_stop", {**summary, **outcome, "stopped": node})

@@ -1,0 +1,119 @@
+"""The Spark cluster: a master (spark1, which drives the AMS jobs) and two workers (spark2, spark3).
+
+usage_report and archive run on the master with an executor on each worker, against the three
+brokers and the metadata store; the archive's Parquet lands on the directory the Spark hosts share
+(spark_jobs_output_dir, a bind mount of the scenario, as operators use a shared filesystem).
+
+The daily figures the API serves from the job are those of past days (today always comes from the
+live counters), so the test makes yesterday's traffic: a short-lived extra AMS process on ams1 whose
+Python clock runs a day behind publishes it (the node stamps each Kafka record with its own publish
+time) and is SIGKILLed before it flushes its usage counters. Through haproxy, yesterday then has no
+live count; after `usage_report --day <yesterday>` it has exactly the job's figure.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shlex
+from typing import Any
+
+import pytest
+import requests
+from multinode import ADDRESS, GROUPS, PROJECT, Api, host, report, unique, wait_until
+
+MASTER = GROUPS["spark_master"][0]
+WORKERS = GROUPS["spark_worker"]
+SHIFTED_NODE = GROUPS["ams"][0]
+SHIFTED_PORT = 18080
+# a Python clock one day behind, then `ams serve` with the node's own settings on another port
+SHIFTED_SERVE = (
+    "import sys, time; _ns = time.time_ns; _s = time.time; "
+    "time.time_ns = lambda: _ns() - 86400 * 10**9; time.time = lambda: _s() - 86400; "
+    "from ams_app.cli import main; "
+    f"sys.exit(main(['serve', '--config', '/etc/ams/ams.yml', '--host', '{SHIFTED_NODE}', '--port', '{SHIFTED_PORT}']))"
+)
+
+
+def master_json() -> Any:
+    return requests.get(f"http://{ADDRESS[MASTER]}:8080/json/", timeout=10).json()
+
+
+@pytest.fixture(scope="module")
+def api() -> Api:
+    client = Api()
+    client.call("POST", f"/projects/{PROJECT}", {"description": "molecule multinode"}, ok=(200, 409))
+    return client
+
+
+def test_both_workers_are_registered_with_the_master():
+    def alive() -> list[Any]:
+        return [w for w in master_json()["workers"] if w["state"] == "ALIVE"]
+
+    workers = wait_until(lambda: len(alive()) == len(WORKERS) and alive(), "both workers ALIVE in the master")
+    assert sorted(w["host"] for w in workers) == sorted(WORKERS)
+
+
+def topic_daily(api: Api, topic: str, day: str) -> int:
+    """The topic's messages on ``day`` in its daily series (topic.number_of_daily_messages)."""
+    metrics = api.call("GET", f"/projects/{PROJECT}/topics/{topic}:metrics")["metrics"]
+    (daily,) = [m for m in metrics if m["metric"] == "topic.number_of_daily_messages"]
+    return sum(int(p["value"]) for p in daily["timeseries"] if p["timestamp"].startswith(day))
+
+
+def va_messages(api: Api, day: str) -> int:
+    """The project's messages on ``day`` in /v1/metrics/va_metrics."""
+    query = f"/metrics/va_metrics?start_date={day}&end_date={day}&projects={PROJECT}"
+    rows = api.call("GET", query)["projects_metrics"]["projects"]
+    return sum(int(r["message_count"]) for r in rows if r["project"] == PROJECT)
+
+
+@pytest.mark.timeout(900)
+def test_jobs_run_on_both_workers_and_their_figures_reach_the_api(api):
+    today = dt.datetime.now(dt.UTC).date()
+    yesterday = (today - dt.timedelta(days=1)).isoformat()
+    topic = unique("sp")
+    api.topic(topic)
+    before = va_messages(api, yesterday)  # 0 on a fresh appliance
+    node = host(SHIFTED_NODE)
+    unit = "ams-yesterday"
+    started = node.run(
+        f"systemd-run --unit={unit} --property=User=ams /opt/ams/current/bin/python -c {shlex.quote(SHIFTED_SERVE)}"
+    )
+    assert started.rc == 0, started.stderr
+    try:
+        shifted = Api(f"http://{ADDRESS[SHIFTED_NODE]}:{SHIFTED_PORT}/v1")
+        wait_until(lambda: shifted.request("GET", "/status").status_code == 200, "the shifted node serving", 90)
+        payloads = [f"yesterday-{i}" for i in range(7)]
+        ids = shifted.publish(topic, payloads)
+        assert len(ids) == 7
+    finally:
+        node.run(f"systemctl kill --signal=SIGKILL {unit}")  # before its counters reach the store
+        node.run(f"systemctl reset-failed {unit}")
+    # no live count of yesterday: the node never flushed its counters
+    assert (topic_daily(api, topic, yesterday), va_messages(api, yesterday)) == (0, before)
+
+    master = host(MASTER)
+    report_run = master.run(f"ams-spark-job usage_report --day {yesterday}")
+    assert report_run.rc == 0, report_run.stderr[-4000:]
+    archive_run = master.run("systemctl start ams-spark-job@archive.service")
+    if archive_run.rc != 0:
+        print(master.run("journalctl -u ams-spark-job@archive.service --no-pager -n 80").stdout)
+    assert archive_run.rc == 0
+
+    # the job's figure, through haproxy
+    assert (topic_daily(api, topic, yesterday), va_messages(api, yesterday)) == (7, before + 7)
+
+    # both jobs had an executor on each worker
+    apps = master_json()["completedapps"][-2:]
+    assert len(apps) == 2, master_json()
+    for worker in WORKERS:
+        state = requests.get(f"http://{ADDRESS[worker]}:8081/json/", timeout=10).json()
+        app_ids = {e["appid"] for e in state.get("finishedexecutors", [])}
+        assert {a["id"] for a in apps} <= app_ids, (worker, app_ids)
+
+    # the archive's Parquet files, written by the executors on the shared directory
+    root = f"/srv/ams-data/archive/project={PROJECT}/topic={topic}/date={yesterday}"
+    for spark_host in [MASTER, *WORKERS]:
+        parts = host(spark_host).run(f"find {root} -name '*.parquet'").stdout.split()
+        assert parts, f"no Parquet under {root} as {spark_host} sees it"
+    report("spark_jobs", {"usage_report_day": yesterday, "messages": 7, "executors_on": WORKERS})
