@@ -120,7 +120,13 @@ class AmsServer:
         self.tls = tls
         self.token = token
         self.port = free_port()
-        self.env = {"AMS_PULL_WAIT_SECONDS": "2", **backend_env(backend), **(env or {})}
+        # no proxy reuses connections here: idle keep-alive connections need no grace at a stop
+        self.env = {
+            "AMS_PULL_WAIT_SECONDS": "2",
+            "AMS_SHUTDOWN_IDLE_SECONDS": "0.5",
+            **backend_env(backend),
+            **(env or {}),
+        }
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-server.log"
 

@@ -142,7 +142,7 @@ def test_sigterm_keeps_serving_keep_alive_connections_and_closes_them(make_serve
     """A proxy (haproxy) reuses its connections to a node: after SIGTERM, a request on a connection
     opened before it is still answered, beyond gevent's 1 s default stop timeout, with
     ``Connection: close``; a request in flight finishes. Nothing is killed into a 500."""
-    srv = make_server(tmp_path / "data", ams_pull_wait_seconds="4")
+    srv = make_server(tmp_path / "data", ams_pull_wait_seconds="4", ams_shutdown_idle_seconds="8")
     api = srv.api()
     project = api.new_project()
     api.ok("PUT", f"/projects/{project}/topics/t")

@@ -12,14 +12,18 @@ import base64
 import collections
 import json
 import os
+import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import requests
@@ -116,6 +120,53 @@ def start(name: str) -> None:
 
 def running(name: str) -> bool:
     return podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true"
+
+
+# ---------------------------------------------------------------------- ZooKeeper, Kafka ------
+ZOOKEEPER_PORT = 2181
+KAFKA_PORT = 9092
+
+
+def srvr_mode(member: str) -> str:
+    """The member's ``Mode:`` from the srvr four-letter word, or why there is none."""
+    try:
+        with socket.create_connection((ADDRESS[member], ZOOKEEPER_PORT), timeout=3) as conn:
+            conn.sendall(b"srvr")
+            answer = b""
+            while chunk := conn.recv(4096):
+                answer += chunk
+    except OSError as exc:
+        return f"unreachable ({exc.__class__.__name__})"
+    for line in answer.decode(errors="replace").splitlines():
+        if line.startswith("Mode:"):
+            return line.split(":", 1)[1].strip()
+    return "not serving"
+
+
+def _kafka_health() -> ModuleType:
+    """The kafka role's own health check (roles/kafka/files/kafka-health), used from here."""
+    loader = SourceFileLoader("kafka_health", str(ROOT / "roles" / "kafka" / "files" / "kafka-health"))
+    module = ModuleType(loader.name)
+    sys.modules[loader.name] = module  # dataclasses look their module up there
+    loader.exec_module(module)
+    return module
+
+
+KAFKA_HEALTH = _kafka_health()
+
+
+def kafka_metadata(brokers: list[str] | None = None) -> Any:
+    """The cluster's metadata (kafka-health's Metadata) from the first broker that answers."""
+    for broker in brokers or GROUPS["kafka"]:
+        try:
+            return KAFKA_HEALTH.fetch_metadata(ADDRESS[broker], KAFKA_PORT, 5.0)
+        except (OSError, ValueError):
+            continue
+    raise AssertionError(f"no broker of {brokers or GROUPS['kafka']} answered")
+
+
+def main_pid(name: str, unit: str) -> str:
+    return str(host(name).run(f"systemctl show --property=MainPID --value {unit}").stdout.strip())
 
 
 # ---------------------------------------------------------------------- haproxy ----------------

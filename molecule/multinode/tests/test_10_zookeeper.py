@@ -5,31 +5,13 @@ The tests run in file order (test_10 ... test_60), each leaving the topology who
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 from kazoo.client import KazooClient
-from multinode import ADDRESS, GROUPS, kill, report, start, unique, wait_until
+from multinode import ADDRESS, GROUPS, ZOOKEEPER_PORT, kill, report, srvr_mode, start, unique, wait_until
 
 MEMBERS = GROUPS["zookeeper"]
-PORT = 2181
-
-
-def srvr_mode(member: str) -> str:
-    """The member's ``Mode:`` from the srvr four-letter word, or why there is none."""
-    try:
-        with socket.create_connection((ADDRESS[member], PORT), timeout=3) as conn:
-            conn.sendall(b"srvr")
-            answer = b""
-            while chunk := conn.recv(4096):
-                answer += chunk
-    except OSError as exc:
-        return f"unreachable ({exc.__class__.__name__})"
-    for line in answer.decode(errors="replace").splitlines():
-        if line.startswith("Mode:"):
-            return line.split(":", 1)[1].strip()
-    return "not serving"
 
 
 def modes() -> dict[str, str]:
@@ -46,7 +28,7 @@ def one_leader(members: list[str]) -> str | None:
 
 def write_and_read(members: list[str]) -> None:
     """A write through the given members (a quorum must acknowledge it), read back, removed."""
-    client = KazooClient(hosts=",".join(f"{ADDRESS[m]}:{PORT}" for m in members), timeout=10)
+    client = KazooClient(hosts=",".join(f"{ADDRESS[m]}:{ZOOKEEPER_PORT}" for m in members), timeout=10)
     client.start(timeout=20)
     try:
         path = f"/multinode-test/{unique('w')}"

@@ -5,43 +5,34 @@ once the broker is back."""
 
 from __future__ import annotations
 
-import sys
 import time
-from importlib.machinery import SourceFileLoader
-from types import ModuleType
 from typing import Any
 
 import pytest
-from multinode import ADDRESS, GROUPS, PROJECT, ROOT, Api, Traffic, host, kill, report, start, unique, wait_until
+from multinode import (
+    GROUPS,
+    KAFKA_HEALTH,
+    PROJECT,
+    Api,
+    Traffic,
+    host,
+    kafka_metadata,
+    kill,
+    report,
+    start,
+    unique,
+    wait_until,
+)
 
 BROKERS = GROUPS["kafka"]
-PORT = 9092
-
-
-def _health_module() -> ModuleType:
-    """The kafka role's own health check (roles/kafka/files/kafka-health), used from here."""
-    loader = SourceFileLoader("kafka_health", str(ROOT / "roles" / "kafka" / "files" / "kafka-health"))
-    module = ModuleType(loader.name)
-    sys.modules[loader.name] = module  # dataclasses look their module up there
-    loader.exec_module(module)
-    return module
-
-
-HEALTH = _health_module()
 
 
 def metadata(brokers: list[str] = BROKERS) -> Any:
-    """The cluster's metadata from the first broker that answers."""
-    for broker in brokers:
-        try:
-            return HEALTH.fetch_metadata(ADDRESS[broker], PORT, 5.0)
-        except (OSError, ValueError):
-            continue
-    raise AssertionError(f"no broker of {brokers} answered")
+    return kafka_metadata(brokers)
 
 
 def fully_replicated() -> bool:
-    summary = HEALTH.summarize(metadata())
+    summary = KAFKA_HEALTH.summarize(metadata())
     return summary["brokers"] == [1, 2, 3] and summary["under_replicated"] == 0 and summary["offline"] == 0
 
 
