@@ -83,7 +83,11 @@ def test_losing_the_leading_broker_loses_and_duplicates_nothing(api):
         time.sleep(5)
         killed = kill(victim)
         published_before = len(traffic.published)
-        wait_until(lambda: partition_of_from(topic, survivors).leader not in (-1, leader_id), "a new leader", 120)
+        wait_until(
+            lambda: (p := partition_of_from(topic, survivors)) is not None and p.leader not in (-1, leader_id),
+            "a new leader",
+            120,
+        )
         new_leader = time.monotonic() - killed
         # publishing goes on with two in-sync replicas (min.insync.replicas 2)
         wait_until(lambda: len(traffic.published) > published_before + 50, "publishing on the two brokers left")
@@ -113,5 +117,6 @@ def test_losing_the_leading_broker_loses_and_duplicates_nothing(api):
 
 
 def partition_of_from(ams_topic: str, brokers: list[str]) -> Any:
-    topics = [t for t in metadata(brokers).topics if t.name.endswith(f".{ams_topic}")]
-    return topics[0].partitions[0]
+    """The topic's partition as the first of ``brokers`` that answers has it; None while it has not."""
+    topics = [t for t in metadata(brokers).topics if t.name.endswith(f".{ams_topic}") and t.partitions]
+    return topics[0].partitions[0] if topics else None
