@@ -195,6 +195,7 @@ class Api:
         self.timeout = timeout
         self.session = requests.Session()
         self.session.headers["x-api-key"] = TOKEN
+        self.empty_with_backlog = 0
 
     def request(self, method: str, path: str, body: Any = None) -> requests.Response:
         # verify per request: a session's verify loses to REQUESTS_CA_BUNDLE from the environment
@@ -219,23 +220,30 @@ class Api:
         body = {"messages": [{"data": b64(p)} for p in payloads]}
         return list(self.call("POST", f"/projects/{PROJECT}/topics/{topic}:publish", body)["messageIds"])
 
+    def offsets(self, sub: str) -> dict[str, int]:
+        return dict(self.call("GET", f"/projects/{PROJECT}/subscriptions/{sub}:offsets"))
+
     def drain(self, sub: str, timeout: float = WAIT) -> collections.Counter[str]:
-        """Pull and acknowledge until the subscription has nothing left; every payload's count."""
+        """Pull and acknowledge until the subscription's offset reaches the end of its topic
+        (``:offsets``); every payload's count. Empty answers while a backlog remains (the node's
+        read of the log found nothing in time) are retried, counted in ``empty_with_backlog``."""
         seen: collections.Counter[str] = collections.Counter()
         deadline = time.monotonic() + timeout
-        empty = 0
-        while empty < 2:
-            assert time.monotonic() < deadline, f"{sub} not drained within {timeout:.0f}s"
+        self.empty_with_backlog = 0
+        while True:
+            assert time.monotonic() < deadline, f"{sub} not drained within {timeout:.0f}s: {self.offsets(sub)}"
             body = {"maxMessages": "500", "returnImmediately": "true"}
             got = self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:pull", body)["receivedMessages"]
-            if not got:
-                empty += 1
-                time.sleep(0.5)
+            if got:
+                seen.update(unb64(m["message"]["data"]) for m in got)
+                ack = {"ackIds": [got[-1]["ackId"]]}
+                self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:acknowledge", ack)
                 continue
-            empty = 0
-            seen.update(unb64(m["message"]["data"]) for m in got)
-            self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:acknowledge", {"ackIds": [got[-1]["ackId"]]})
-        return seen
+            offsets = self.offsets(sub)
+            if offsets["current"] >= offsets["max"]:
+                return seen
+            self.empty_with_backlog += 1
+            time.sleep(0.5)
 
 
 @dataclass
