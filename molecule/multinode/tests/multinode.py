@@ -143,16 +143,6 @@ def srvr_mode(member: str) -> str:
     return "not serving"
 
 
-def ruok(member: str) -> bool:
-    """The member's process is up (ruok: imok), whether or not it serves."""
-    try:
-        with socket.create_connection((ADDRESS[member], ZOOKEEPER_PORT), timeout=3) as conn:
-            conn.sendall(b"ruok")
-            return conn.recv(16) == b"imok"
-    except OSError:
-        return False
-
-
 def _kafka_health() -> ModuleType:
     """The kafka role's own health check (roles/kafka/files/kafka-health), used from here."""
     loader = SourceFileLoader("kafka_health", str(ROOT / "roles" / "kafka" / "files" / "kafka-health"))
@@ -173,10 +163,6 @@ def kafka_metadata(brokers: list[str] | None = None) -> Any:
         except (OSError, ValueError):
             continue
     raise AssertionError(f"no broker of {brokers or GROUPS['kafka']} answered")
-
-
-def main_pid(name: str, unit: str) -> str:
-    return str(host(name).run(f"systemctl show --property=MainPID --value {unit}").stdout.strip())
 
 
 # ---------------------------------------------------------------------- haproxy ----------------
