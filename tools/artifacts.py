@@ -179,13 +179,17 @@ def build_wheels() -> Path:
     _pip("wheel", "--quiet", "--wheel-dir", str(WHEELS_DIR), "-r", str(ROOT / "requirements.txt"))
     wheels = sorted(WHEELS_DIR.glob("*.whl"))
     # one file to copy instead of dozens (each copy is a round trip to the host)
-    data = wheelhouse_tar_bytes(wheels)
-    if not (WHEELHOUSE_TAR.exists() and WHEELHOUSE_TAR.read_bytes() == data):
-        staging = WHEELHOUSE_TAR.with_name(f"{WHEELHOUSE_TAR.name}.tmp")
-        staging.write_bytes(data)
-        staging.rename(WHEELHOUSE_TAR)
+    _replace_if_changed(WHEELHOUSE_TAR, wheelhouse_tar_bytes(wheels))
     say(f"{WHEELHOUSE_TAR.relative_to(ROOT)}: {len(wheels)} wheels")
     return WHEELHOUSE_TAR
+
+
+def _replace_if_changed(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a staging file, unless it holds exactly that already."""
+    if not (path.exists() and path.read_bytes() == data):
+        staging = path.with_name(f"{path.name}.tmp")
+        staging.write_bytes(data)
+        staging.rename(path)
 
 
 def upgrade_version(pyproject: str, label: str = UPGRADE_LABEL) -> tuple[str, str]:
@@ -221,10 +225,7 @@ def build_upgrade_wheels() -> Path:
             raise ArtifactError(f"expected one ams_app wheel, built {[p.name for p in ours]}")
         deps = [p for p in sorted(WHEELS_DIR.glob("*.whl")) if not p.name.startswith("ams_app-")]
         data = wheelhouse_tar_bytes([*deps, ours[0]])
-    if not (UPGRADE_WHEELHOUSE_TAR.exists() and UPGRADE_WHEELHOUSE_TAR.read_bytes() == data):
-        staging = UPGRADE_WHEELHOUSE_TAR.with_name(f"{UPGRADE_WHEELHOUSE_TAR.name}.tmp")
-        staging.write_bytes(data)
-        staging.rename(UPGRADE_WHEELHOUSE_TAR)
+    _replace_if_changed(UPGRADE_WHEELHOUSE_TAR, data)
     say(f"{UPGRADE_WHEELHOUSE_TAR.relative_to(ROOT)}: ams_app {version} and {len(deps)} dependencies")
     return UPGRADE_WHEELHOUSE_TAR
 

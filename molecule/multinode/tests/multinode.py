@@ -336,6 +336,18 @@ class Traffic:
         }
 
 
+def check_nothing_lost(api: Api, traffic: Traffic, live: str, audit: str) -> dict[str, int]:
+    """Every message answered 200 was pulled from ``live`` (at least once), and the untouched
+    ``audit`` subscription holds each exactly once; the counts lost and redelivered."""
+    pulled = traffic.pulled + api.drain(live)
+    missing = [p for p in traffic.published if pulled[p] == 0]
+    assert not missing, f"{len(missing)} answered 200 but never pulled: {missing[:5]}"
+    once = api.drain(audit)
+    wrong = {p: once[p] for p in traffic.published if once[p] != 1}
+    assert not wrong, f"{len(wrong)} not exactly once in the log (payload: count): {dict(list(wrong.items())[:5])}"
+    return {"lost": len(missing), "redelivered": sum(n - 1 for p, n in pulled.items() if n > 1)}
+
+
 def report(name: str, figures: dict[str, Any]) -> None:
     """Print a measured outcome (pytest -s shows it; docs/ansible.md quotes them) and keep it in
     .cache/molecule/multinode-results.json."""

@@ -20,6 +20,7 @@ from multinode import (
     Api,
     Receiver,
     Traffic,
+    check_nothing_lost,
     haproxy_servers,
     host,
     kill,
@@ -51,16 +52,6 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.close()
-
-
-def check_nothing_lost(api: Api, traffic: Traffic, live: str, audit: str) -> dict[str, int]:
-    pulled = traffic.pulled + api.drain(live)
-    missing = [p for p in traffic.published if pulled[p] == 0]
-    assert not missing, f"{len(missing)} answered 200 but never pulled: {missing[:5]}"
-    once = api.drain(audit)
-    wrong = {p: once[p] for p in traffic.published if once[p] != 1}
-    assert not wrong, f"{len(wrong)} not exactly once in the log (payload: count): {dict(list(wrong.items())[:5])}"
-    return {"lost": len(missing), "redelivered": sum(n - 1 for p, n in pulled.items() if n > 1)}
 
 
 def test_haproxy_balances_over_the_three_nodes(api):
