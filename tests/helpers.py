@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import importlib.util
 import os
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Iterator
+from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
@@ -37,6 +42,51 @@ def load_tool(tool: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module
+
+
+def load_script(path: Path, name: str) -> ModuleType:
+    """A script without the .py suffix (a role's files/) as a module named ``name``; registered in
+    sys.modules first, as dataclasses look their module up there."""
+    if name in sys.modules:
+        return sys.modules[name]
+    loader = SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    loader.exec_module(module)
+    return module
+
+
+def run_probe(script: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """A role's health script against 127.0.0.1:``port``, as its handlers run it."""
+    return subprocess.run(
+        [sys.executable, str(script), "127.0.0.1", str(port), "--timeout", "5", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+S = TypeVar("S", bound=socketserver.BaseServer)
+
+
+@contextlib.contextmanager
+def serving(server: S) -> Iterator[S]:
+    """``server`` answering in a thread of its own until the block ends."""
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def server_port(server: socketserver.BaseServer) -> int:
+    return int(server.server_address[1])  # type: ignore[index]
 
 
 def service_settings() -> dict[str, str]:

@@ -8,17 +8,13 @@ import json
 import socket
 import socketserver
 import struct
-import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from importlib.machinery import SourceFileLoader
-from importlib.util import module_from_spec, spec_from_loader
 from types import ModuleType
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, load_script, run_probe, server_port, serving
 
 SCRIPT = ROOT / "roles" / "kafka" / "files" / "kafka-health"
 
@@ -27,17 +23,7 @@ TopicSpec = tuple[str, list[PartitionSpec]]
 
 
 def _load_script() -> ModuleType:
-    """The script (no .py suffix) as a module; registered first, as dataclasses look their module up."""
-    name = "ams_role_kafka_health"
-    if name in sys.modules:
-        return sys.modules[name]
-    loader = SourceFileLoader(name, str(SCRIPT))
-    spec = spec_from_loader(name, loader)
-    assert spec is not None
-    module = module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "ams_role_kafka_health")
 
 
 kafka_health = _load_script()
@@ -176,34 +162,13 @@ class _FakeBrokerServer(socketserver.ThreadingTCPServer):
 
 @pytest.fixture
 def fake_broker() -> Iterator[_FakeBrokerServer]:
-    server = _FakeBrokerServer(None)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(_FakeBrokerServer(None)) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-def _run(port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), "127.0.0.1", str(port), "--timeout", "5", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
-
-def _port(server: socketserver.TCPServer) -> int:
-    return int(server.server_address[1])
 
 
 def test_exit_0_when_the_broker_is_registered_and_everything_is_replicated(fake_broker: _FakeBrokerServer) -> None:
     fake_broker.body = metadata_v1(THREE_BROKERS, 3, HEALTHY_TOPICS)
-    done = _run(_port(fake_broker), "--broker-id", "2", "--require-no-under-replicated")
+    done = run_probe(SCRIPT, server_port(fake_broker), "--broker-id", "2", "--require-no-under-replicated")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
         "brokers": [1, 2, 3],
@@ -218,28 +183,28 @@ def test_exit_0_when_the_broker_is_registered_and_everything_is_replicated(fake_
 
 def test_exit_1_when_the_broker_is_not_registered(fake_broker: _FakeBrokerServer) -> None:
     fake_broker.body = metadata_v1(THREE_BROKERS[:2], 1, [])
-    assert _run(_port(fake_broker), "--broker-id", "1").returncode == 0
-    done = _run(_port(fake_broker), "--broker-id", "3")
+    assert run_probe(SCRIPT, server_port(fake_broker), "--broker-id", "1").returncode == 0
+    done = run_probe(SCRIPT, server_port(fake_broker), "--broker-id", "3")
     assert done.returncode == 1
     assert json.loads(done.stdout)["brokers"] == [1, 2]
 
 
 def test_exit_1_without_a_controller(fake_broker: _FakeBrokerServer) -> None:
     fake_broker.body = metadata_v1(THREE_BROKERS, -1, [])
-    assert _run(_port(fake_broker)).returncode == 1
+    assert run_probe(SCRIPT, server_port(fake_broker)).returncode == 1
 
 
 def test_under_replication_fails_only_with_the_flag(fake_broker: _FakeBrokerServer) -> None:
     fake_broker.body = metadata_v1(THREE_BROKERS, 1, DEGRADED_TOPICS)
-    assert _run(_port(fake_broker), "--broker-id", "1").returncode == 0
-    done = _run(_port(fake_broker), "--broker-id", "1", "--require-no-under-replicated")
+    assert run_probe(SCRIPT, server_port(fake_broker), "--broker-id", "1").returncode == 0
+    done = run_probe(SCRIPT, server_port(fake_broker), "--broker-id", "1", "--require-no-under-replicated")
     assert done.returncode == 1
     assert json.loads(done.stdout)["under_replicated"] == 3
 
 
 def test_exit_2_when_the_broker_closes_without_answering(fake_broker: _FakeBrokerServer) -> None:
     fake_broker.body = None
-    done = _run(_port(fake_broker))
+    done = run_probe(SCRIPT, server_port(fake_broker))
     assert done.returncode == 2
     assert "closed the connection" in done.stderr
     assert done.stdout == ""
@@ -250,7 +215,7 @@ def test_exit_2_when_nothing_listens() -> None:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     # the port was free a moment ago and nothing listens on it now: connection refused
-    done = _run(port)
+    done = run_probe(SCRIPT, port)
     assert done.returncode == 2
     assert "127.0.0.1" in done.stderr
 

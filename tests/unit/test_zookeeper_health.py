@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import socket
 import socketserver
-import subprocess
-import sys
-import threading
 from collections.abc import Iterator
-from importlib.machinery import SourceFileLoader
-from importlib.util import module_from_spec, spec_from_loader
 from types import ModuleType
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, load_script, run_probe, server_port, serving
 
 SCRIPT = ROOT / "roles" / "zookeeper" / "files" / "zookeeper-health"
 
@@ -22,17 +17,7 @@ NOT_SERVING = "This ZooKeeper instance is not currently serving requests\n"
 
 
 def _load_script() -> ModuleType:
-    """The script (no .py suffix) as a module; registered first, as dataclasses look their module up."""
-    name = "ams_role_zookeeper_health"
-    if name in sys.modules:
-        return sys.modules[name]
-    loader = SourceFileLoader(name, str(SCRIPT))
-    spec = spec_from_loader(name, loader)
-    assert spec is not None
-    module = module_from_spec(spec)
-    sys.modules[name] = module
-    loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "ams_role_zookeeper_health")
 
 
 zookeeper_health = _load_script()
@@ -83,29 +68,8 @@ class _FakeZooKeeper(socketserver.ThreadingTCPServer):
 
 @pytest.fixture
 def fake_zookeeper() -> Iterator[_FakeZooKeeper]:
-    server = _FakeZooKeeper()
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
+    with serving(_FakeZooKeeper()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
-def _run(port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), "127.0.0.1", str(port), "--timeout", "5", *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-
-
-def _port(server: socketserver.TCPServer) -> int:
-    return int(server.server_address[1])
 
 
 @pytest.mark.parametrize(
@@ -127,7 +91,7 @@ def test_parse_mode(answer: str, mode: str) -> None:
 @pytest.mark.parametrize("mode", ["leader", "follower", "standalone"])
 def test_serving_modes_exit_0(fake_zookeeper: _FakeZooKeeper, mode: str) -> None:
     fake_zookeeper.answers["srvr"] = srvr(mode)
-    done = _run(_port(fake_zookeeper), "--serving")
+    done = run_probe(SCRIPT, server_port(fake_zookeeper), "--serving")
     assert done.returncode == 0, done.stderr
     assert done.stdout == f"{mode}\n"
     assert fake_zookeeper.words == ["srvr"]
@@ -135,25 +99,25 @@ def test_serving_modes_exit_0(fake_zookeeper: _FakeZooKeeper, mode: str) -> None
 
 def test_observer_answers_but_does_not_count_as_serving(fake_zookeeper: _FakeZooKeeper) -> None:
     fake_zookeeper.answers["srvr"] = srvr("observer")
-    assert _run(_port(fake_zookeeper)).returncode == 0
-    done = _run(_port(fake_zookeeper), "--serving")
+    assert run_probe(SCRIPT, server_port(fake_zookeeper)).returncode == 0
+    done = run_probe(SCRIPT, server_port(fake_zookeeper), "--serving")
     assert (done.returncode, done.stdout) == (1, "observer\n")
 
 
 @pytest.mark.parametrize("flags", [(), ("--serving",)])
 def test_not_serving_exits_1(fake_zookeeper: _FakeZooKeeper, flags: tuple[str, ...]) -> None:
     fake_zookeeper.answers["srvr"] = NOT_SERVING
-    done = _run(_port(fake_zookeeper), *flags)
+    done = run_probe(SCRIPT, server_port(fake_zookeeper), *flags)
     assert (done.returncode, done.stdout) == (1, "not serving\n")
     assert "not currently serving" in done.stderr
 
 
 def test_ruok(fake_zookeeper: _FakeZooKeeper) -> None:
     fake_zookeeper.answers["ruok"] = "imok"
-    done = _run(_port(fake_zookeeper), "--ruok")
+    done = run_probe(SCRIPT, server_port(fake_zookeeper), "--ruok")
     assert (done.returncode, done.stdout) == (0, "imok\n")
     fake_zookeeper.answers.clear()
-    done = _run(_port(fake_zookeeper), "--ruok")
+    done = run_probe(SCRIPT, server_port(fake_zookeeper), "--ruok")
     assert (done.returncode, done.stdout) == (1, "no answer\n")
     assert fake_zookeeper.words == ["ruok", "ruok"]
 
@@ -163,7 +127,7 @@ def test_exit_2_when_nothing_listens(flags: tuple[str, ...]) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    done = _run(port, *flags)
+    done = run_probe(SCRIPT, port, *flags)
     assert done.returncode == 2
     assert done.stdout == ""
     assert f"127.0.0.1:{port}" in done.stderr
