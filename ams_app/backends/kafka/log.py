@@ -38,6 +38,12 @@ log = logging.getLogger("ams")
 #: How often waiting pulls look at the broker again (other nodes publish too).
 _RECHECK_SECONDS = 0.5
 _NS_PER_MS = 1_000_000
+#: Answers that mean "no leader for the partition yet", as for a moment after a topic is created on
+#: several brokers or after its leader was lost: asked again, for up to _LEADER_WAIT_SECONDS.
+_NO_LEADER_YET = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION})
+_LEADER_WAIT_SECONDS = 10.0
+#: time.sleep for the pool's OS threads (monkey-patching makes time.sleep a greenlet's sleep)
+_os_sleep = monkey.get_original("time", "sleep")
 
 
 def _backend_error(exc: BaseException) -> AmsError:
@@ -166,8 +172,26 @@ class KafkaMessageLog:
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
+            self._wait_for_leader(key)
 
         self._run(create)
+
+    def _wait_for_leader(self, key: str) -> None:
+        """Return once the cluster's metadata names a leader for the topic's partition: the brokers
+        elect one a moment after the topic is created, and a subscription made right away asks the
+        leader for the topic's offsets. Gives up quietly after _LEADER_WAIT_SECONDS (the reads
+        that follow wait and report on their own)."""
+        deadline = time.monotonic() + min(self.timeout, _LEADER_WAIT_SECONDS)
+        while True:
+            metadata = self._admin.list_topics(topic=key, timeout=min(self.timeout, 5))
+            topic = metadata.topics.get(key)
+            partition = topic.partitions.get(0) if topic is not None and topic.error is None else None
+            if partition is not None and partition.leader >= 0 and partition.error is None:
+                return
+            if time.monotonic() > deadline:
+                log.warning("kafka: no leader for %s yet", key)
+                return
+            _os_sleep(0.1)
 
     def delete_topic(self, key: str) -> None:
         """Remove the messages but keep the topic, so its offsets (message ids) continue."""
@@ -274,14 +298,24 @@ class KafkaMessageLog:
         return self._run(fetch)
 
     def _watermarks(self, key: str) -> tuple[int, int]:
+        deadline = time.monotonic() + min(self.timeout, _LEADER_WAIT_SECONDS)
+        pause = 0.05
         with self._consumer() as consumer:
-            try:
-                low, high = consumer.get_watermark_offsets(TopicPartition(key, 0), timeout=self.timeout, cached=False)
-            except KafkaException as exc:
-                if exc.args[0].code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                    return 0, 0
-                raise
-            return int(low), int(high)
+            while True:
+                try:
+                    low, high = consumer.get_watermark_offsets(
+                        TopicPartition(key, 0), timeout=self.timeout, cached=False
+                    )
+                except KafkaException as exc:
+                    code = exc.args[0].code()
+                    if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
+                        return 0, 0
+                    if code in _NO_LEADER_YET and time.monotonic() < deadline:
+                        _os_sleep(pause)  # a leader is being elected: ask again
+                        pause = min(pause * 2, 1.0)
+                        continue
+                    raise
+                return int(low), int(high)
 
     def bounds(self, key: str) -> tuple[int, int]:
         return self._run(self._watermarks, key)
