@@ -1,0 +1,226 @@
+"""Pull + ack throughput of several consumers sharing one subscription, on a cluster of kafka-backend
+nodes (tools/services.py), fresh and after the store has grown a history.
+
+    make services-up
+    .venv/bin/python benchmarks/consume.py [--nodes 3] [--consumers 4] [--messages 50000] [--size 1024]
+                                           [--max-messages 100] [--runs 3] [--via nodes|haproxy]
+                                           [--history 0] [--history-messages 5000]
+
+Starts the cluster (NODES `ams serve` on the kafka backend, haproxy in front) on a database of its
+own, then for each run: a topic and a subscription (ack deadline 600 s), MESSAGES of SIZE random bytes
+published 500 per request, then CONSUMERS processes that pull MAX_MESSAGES (returnImmediately) and
+acknowledge the last ackId of each pull, until the subscription's offset reaches the end of the
+topic. Consumer i talks to node i mod NODES over plain HTTP (--via nodes, the default: the consumers
+spread over the nodes), or all of them to haproxy over TLS (--via haproxy).
+
+It prints, per run and as the median of the runs: messages per second, the p50 and p99 of a pull+ack
+pair, the answers that were not 200 by status (a 503 is contention), and how many messages came
+more than once. --history N then adds N rounds of the same work (a topic, a subscription,
+--history-messages published and drained), unmeasured, and measures the runs again: consuming must
+not slow down as the store's history grows. The cluster and its database are removed at the end.
+Loopback only; bounded by --timeout per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import collections
+import contextlib
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.helpers import load_services_tool, service_settings
+
+PROJECT = "bench"
+PUBLISH_BATCH = 500
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+@dataclass
+class Target:
+    base: str  # ends in /v1
+    token: str
+    verify: str | bool
+
+
+class Client:
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.session = requests.Session()
+        self.session.headers["x-api-key"] = target.token
+
+    def request(self, method: str, path: str, body: Any = None) -> requests.Response:
+        url = self.target.base + path
+        return self.session.request(method, url, json=body, timeout=60, verify=self.target.verify)
+
+    def ok(self, method: str, path: str, body: Any = None, accept: tuple[int, ...] = (200,)) -> Any:
+        r = self.request(method, path, body)
+        if r.status_code not in accept:
+            raise RuntimeError(f"{method} {path}: {r.status_code} {r.text[:300]}")
+        return r.json() if r.content else None
+
+
+@dataclass
+class Outcome:
+    consumed: int = 0
+    pairs: list[float] = field(default_factory=list)  # seconds per pull+ack pair
+    errors: collections.Counter[int] = field(default_factory=collections.Counter)
+    ids: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+def consumer(target: Target, sub: str, max_messages: int, deadline: float, out: Any) -> None:
+    """One consumer process: pull, ack the last, until the subscription is at the end of its topic."""
+    client = Client(target)
+    result = Outcome()
+    base = f"/projects/{PROJECT}/subscriptions/{sub}"
+    body = {"maxMessages": str(max_messages), "returnImmediately": "true"}
+    while time.monotonic() < deadline:
+        started = time.perf_counter()
+        r = client.request("POST", f"{base}:pull", body)
+        if r.status_code != 200:
+            result.errors[r.status_code] += 1
+            time.sleep(0.01)
+            continue
+        got = r.json()["receivedMessages"]
+        if not got:
+            offsets = client.ok("GET", f"{base}:offsets")
+            if offsets["current"] >= offsets["max"]:
+                break
+            time.sleep(0.005)
+            continue
+        a = client.request("POST", f"{base}:acknowledge", {"ackIds": [got[-1]["ackId"]]})
+        if a.status_code != 200:
+            result.errors[a.status_code] += 1
+            continue  # not acknowledged: the lease expires and the messages come again
+        result.pairs.append(time.perf_counter() - started)
+        result.consumed += len(got)
+        result.ids.update(m["message"]["messageId"] for m in got)
+    out.put(result)
+
+
+def fill(client: Client, topic: str, sub: str, messages: int, size: int) -> None:
+    client.ok("PUT", f"/projects/{PROJECT}/topics/{topic}")
+    client.ok("PUT", f"/projects/{PROJECT}/subscriptions/{sub}",
+              {"topic": f"projects/{PROJECT}/topics/{topic}", "ackDeadlineSeconds": 600})  # fmt: skip
+    data = base64.b64encode(os.urandom(size)).decode()
+    left = messages
+    while left > 0:
+        n = min(PUBLISH_BATCH, left)
+        client.ok("POST", f"/projects/{PROJECT}/topics/{topic}:publish", {"messages": [{"data": data}] * n})
+        left -= n
+
+
+def consume(targets: list[Target], sub: str, consumers: int, max_messages: int, timeout: float) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    deadline = time.monotonic() + timeout
+    processes = [
+        context.Process(target=consumer, args=(targets[i % len(targets)], sub, max_messages, deadline, out))
+        for i in range(consumers)
+    ]
+    started = time.monotonic()
+    for p in processes:
+        p.start()
+    results: list[Outcome] = [out.get(timeout=timeout + 60) for _ in processes]
+    took = time.monotonic() - started
+    for p in processes:
+        p.join()
+    pairs = [s for r in results for s in r.pairs]
+    ids: collections.Counter[str] = collections.Counter()
+    errors: collections.Counter[int] = collections.Counter()
+    for r in results:
+        ids.update(r.ids)
+        errors.update(r.errors)
+    return {
+        "messages": len(ids),
+        "seconds": round(took, 2),
+        "msg_per_s": round(len(ids) / took),
+        "pair_p50_ms": round(statistics.median(pairs) * 1000, 1) if pairs else None,
+        "pair_p99_ms": round(percentile(pairs, 0.99) * 1000, 1),
+        "errors": dict(errors),
+        "delivered_again": sum(n - 1 for n in ids.values()),
+    }
+
+
+def measure(args: argparse.Namespace, admin: Client, targets: list[Target], label: str) -> list[dict[str, Any]]:
+    runs = []
+    for run in range(args.runs):
+        name = uuid.uuid4().hex[:8]
+        fill(admin, f"t-{name}", f"s-{name}", args.messages, args.size)
+        figures = consume(targets, f"s-{name}", args.consumers, args.max_messages, args.timeout)
+        if figures["messages"] != args.messages:
+            raise RuntimeError(f"{label} run {run + 1}: {figures['messages']} of {args.messages} messages consumed")
+        print(f"{label} run {run + 1}: {figures}", flush=True)
+        runs.append(figures)
+    rates = [r["msg_per_s"] for r in runs]
+    p99s = [r["pair_p99_ms"] for r in runs]
+    print(f"{label}: median {statistics.median(rates):,.0f} msg/s, median p99 {statistics.median(p99s)} ms", flush=True)
+    return runs
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--size", type=int, default=1024, help="bytes of data per message")
+    parser.add_argument("--max-messages", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--via", choices=["nodes", "haproxy"], default="nodes")
+    parser.add_argument("--history", type=int, default=0, help="rounds of history between the two measurements")
+    parser.add_argument("--history-messages", type=int, default=5000)
+    parser.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
+    args = parser.parse_args()
+
+    services = load_services_tool()
+    database = "ams_bench_consume_" + uuid.uuid4().hex[:8]
+    info = services.start_cluster(nodes=args.nodes, database=database)
+    try:
+        proxy = Target(f"{info.url}/v1", info.token, str(info.ca_file))
+        nodes = [Target(f"{n.url}/v1", info.token, True) for n in info.nodes]
+        targets = nodes if args.via == "nodes" else [proxy]
+        admin = Client(proxy)
+        admin.ok("POST", f"/projects/{PROJECT}", {}, accept=(200, 409))
+        print(
+            f"nodes={args.nodes} consumers={args.consumers} via={args.via} messages={args.messages} "
+            f"size={args.size}B maxMessages={args.max_messages} cores={os.cpu_count()}",
+            flush=True,
+        )
+        measure(args, admin, targets, "fresh")
+        if args.history:
+            started = time.monotonic()
+            for _ in range(args.history):
+                name = uuid.uuid4().hex[:8]
+                fill(admin, f"h-{name}", f"h-{name}", args.history_messages, args.size)
+                consume(targets, f"h-{name}", args.consumers, args.max_messages, args.timeout)
+            print(f"history: {args.history} rounds in {time.monotonic() - started:.0f}s", flush=True)
+            measure(args, admin, targets, f"after {args.history} rounds of history")
+    finally:
+        services.stop_cluster()
+        with contextlib.suppress(Exception):
+            from pymongo import MongoClient
+
+            mongo: MongoClient[dict[str, Any]] = MongoClient(service_settings()["AMS_MONGO_URI"])
+            mongo.drop_database(database)
+            mongo.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
