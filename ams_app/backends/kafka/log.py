@@ -39,8 +39,20 @@ log = logging.getLogger("ams")
 _RECHECK_SECONDS = 0.5
 _NS_PER_MS = 1_000_000
 #: Answers that mean "no leader for the partition yet", as for a moment after a topic is created on
-#: several brokers or after its leader was lost: asked again, for up to _LEADER_WAIT_SECONDS.
-_NO_LEADER_YET = frozenset({KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION})
+#: several brokers or after its leader was lost, or "no such topic" from a broker that has just
+#: started and has not had the cluster's metadata yet: asked again, for up to _LEADER_WAIT_SECONDS,
+#: then reported (503). Never taken for an empty topic: every AMS topic has its Kafka topic (it is
+#: created first), and offsets of 0 for a topic that has messages would end a consumer's drain early
+#: and move a subscription's view of the topic's end.
+_NO_LEADER_YET = frozenset(
+    {
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+    }
+)
 _LEADER_WAIT_SECONDS = 10.0
 #: time.sleep for the pool's OS threads (monkey-patching makes time.sleep a greenlet's sleep)
 _os_sleep = monkey.get_original("time", "sleep")
@@ -308,8 +320,6 @@ class KafkaMessageLog:
                     )
                 except KafkaException as exc:
                     code = exc.args[0].code()
-                    if code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION):
-                        return 0, 0
                     if code in _NO_LEADER_YET and time.monotonic() < deadline:
                         _os_sleep(pause)  # a leader is being elected: ask again
                         pause = min(pause * 2, 1.0)

@@ -1,6 +1,7 @@
 """The Kafka log's patience with a partition that has no leader yet (a moment after the topic is
-created on several brokers, or after its leader was lost): the offsets are asked again, briefly; other
-errors are not retried. The broker's answers are played by a stand-in consumer; the multi-host
+created on several brokers, or after its leader was lost, or on a broker that has just started): the
+offsets are asked again, briefly, then the failure is reported; never taken for an empty topic;
+other errors are not retried. The broker's answers are played by a stand-in consumer; the multi-host
 scenario (molecule/multinode) meets the real thing."""
 
 from __future__ import annotations
@@ -53,7 +54,16 @@ def _error(code: int) -> KafkaException:
     return KafkaException(KafkaError(code))
 
 
-@pytest.mark.parametrize("code", [KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION])
+@pytest.mark.parametrize(
+    "code",
+    [
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        # a broker that has just started knows no topic until the controller tells it
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+    ],
+)
 def test_no_leader_yet_is_asked_again(code: int, slept: list[float]) -> None:
     consumer = _Answers(_error(code), _error(code), (0, 7))
     assert _log_with(consumer)._watermarks("p.t") == (0, 7)
@@ -61,10 +71,13 @@ def test_no_leader_yet_is_asked_again(code: int, slept: list[float]) -> None:
     assert slept == [0.05, 0.1]  # backing off
 
 
-def test_an_unknown_topic_is_empty_at_once() -> None:
-    consumer = _Answers(_error(KafkaError.UNKNOWN_TOPIC_OR_PART))
-    assert _log_with(consumer)._watermarks("p.t") == (0, 0)
-    assert consumer.calls == 1
+def test_an_unknown_topic_is_never_taken_for_an_empty_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (0, 0) would tell a consumer draining the topic that it is at the end, with messages left
+    clock = iter(range(0, 1000, 4))
+    monkeypatch.setattr(kafka_log.time, "monotonic", lambda: float(next(clock)))
+    consumer = _Answers(*[_error(KafkaError.UNKNOWN_TOPIC_OR_PART)] * 10)
+    with pytest.raises(KafkaException):
+        _log_with(consumer)._watermarks("p.t")
 
 
 def test_other_errors_are_not_retried() -> None:
