@@ -41,15 +41,11 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.api_throughput import percentile
 from tests.helpers import load_services_tool, service_settings
 
 PROJECT = "bench"
 PUBLISH_BATCH = 500
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
 @dataclass

@@ -32,21 +32,13 @@ def load_services_tool() -> ModuleType:
 
 def load_tool(tool: str) -> ModuleType:
     """tools/<tool>.py as a module."""
-    name = f"ams_tools_{tool}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{tool}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "tools" / f"{tool}.py", f"ams_tools_{tool}")
 
 
 def load_script(path: Path, name: str) -> ModuleType:
-    """A script without the .py suffix (a role's files/) as a module named ``name``; registered in
-    sys.modules first, as dataclasses look their module up there."""
+    """A file outside any package (tools/*.py, a role's files/ script without the .py suffix) as a
+    module named ``name``, loaded once; registered in sys.modules before it runs, as dataclasses look
+    their module up while the class is made."""
     if name in sys.modules:
         return sys.modules[name]
     loader = SourceFileLoader(name, str(path))

@@ -10,7 +10,6 @@ import socketserver
 import struct
 import sys
 from collections.abc import Iterator
-from types import ModuleType
 
 import pytest
 
@@ -22,11 +21,7 @@ PartitionSpec = tuple[int, int, int, list[int], list[int]]  # error_code, index,
 TopicSpec = tuple[str, list[PartitionSpec]]
 
 
-def _load_script() -> ModuleType:
-    return load_script(SCRIPT, "ams_role_kafka_health")
-
-
-kafka_health = _load_script()
+kafka_health = load_script(SCRIPT, "ams_role_kafka_health")
 
 
 def _string(value: str | None) -> bytes:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import socketserver
 from collections.abc import Iterator
-from types import ModuleType
 
 import pytest
 
@@ -16,11 +15,7 @@ SCRIPT = ROOT / "roles" / "zookeeper" / "files" / "zookeeper-health"
 NOT_SERVING = "This ZooKeeper instance is not currently serving requests\n"
 
 
-def _load_script() -> ModuleType:
-    return load_script(SCRIPT, "ams_role_zookeeper_health")
-
-
-zookeeper_health = _load_script()
+zookeeper_health = load_script(SCRIPT, "ams_role_zookeeper_health")
 
 
 def srvr(mode: str) -> str:
