@@ -39,11 +39,15 @@ log = logging.getLogger("ams")
 _RECHECK_SECONDS = 0.5
 _NS_PER_MS = 1_000_000
 #: Answers that mean "no leader for the partition yet", as for a moment after a topic is created on
-#: several brokers or after its leader was lost, or "no such topic" from a broker that has just
-#: started and has not had the cluster's metadata yet: asked again, for up to _LEADER_WAIT_SECONDS,
-#: then reported (503). Never taken for an empty topic: every AMS topic has its Kafka topic (it is
-#: created first), and offsets of 0 for a topic that has messages would end a consumer's drain early
-#: and move a subscription's view of the topic's end.
+#: several brokers or after its leader was lost; "no such topic" from a broker that has just
+#: started and has not had the cluster's metadata yet; "offset not available" from a leader just
+#: elected that has not yet learnt the partition's high watermark; "leader epoch fenced/unknown"
+#: while the clients' and the brokers' views of a leader change differ; and a broken connection to
+#: a broker that was restarted (the pooled consumers outlive it). Asked again, for up to
+#: _LEADER_WAIT_SECONDS, then reported (503), as is any error librdkafka itself flags retriable.
+#: Never taken for an empty topic: every AMS topic has its Kafka topic (it is created first), and
+#: offsets of 0 for a topic that has messages would end a consumer's drain early and move a
+#: subscription's view of the topic's end.
 _NO_LEADER_YET = frozenset(
     {
         KafkaError.LEADER_NOT_AVAILABLE,
@@ -51,6 +55,11 @@ _NO_LEADER_YET = frozenset(
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError._UNKNOWN_PARTITION,
         KafkaError._UNKNOWN_TOPIC,
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.REPLICA_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        KafkaError.UNKNOWN_LEADER_EPOCH,
+        KafkaError._TRANSPORT,
     }
 )
 _LEADER_WAIT_SECONDS = 10.0
@@ -319,8 +328,9 @@ class KafkaMessageLog:
                         TopicPartition(key, 0), timeout=self.timeout, cached=False
                     )
                 except KafkaException as exc:
-                    code = exc.args[0].code()
-                    if code in _NO_LEADER_YET and time.monotonic() < deadline:
+                    error = exc.args[0]
+                    transient = error.code() in _NO_LEADER_YET or error.retriable()
+                    if transient and time.monotonic() < deadline:
                         _os_sleep(pause)  # a leader is being elected: ask again
                         pause = min(pause * 2, 1.0)
                         continue

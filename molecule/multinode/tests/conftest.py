@@ -1,9 +1,12 @@
 """After every test, the topology is whole again, whatever the test did or where it failed: a killed
-host is started, a stopped AMS node too, so one failure does not cascade into the tests after it."""
+host is started, a stopped AMS node too, so one failure does not cascade into the tests after it.
+A failed test's report carries each AMS node's recent warnings (a 503's cause is logged only
+there)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import pytest
 from multinode import GROUPS, host, running, start
@@ -17,3 +20,14 @@ def whole_topology() -> Iterator[None]:
             start(name)
     for node in GROUPS["ams"]:
         host(node).run("systemctl start ams")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    result = outcome.get_result()
+    if result.when != "call" or not result.failed:
+        return
+    for node in GROUPS["ams"]:
+        journal = host(node).run("journalctl -u ams -p warning --since -15min --no-pager -n 40 -o short-precise")
+        result.sections.append((f"{node}: ams warnings of the last 15 minutes", journal.stdout or journal.stderr))

@@ -62,6 +62,11 @@ def _error(code: int) -> KafkaException:
         # a broker that has just started knows no topic until the controller tells it
         KafkaError.UNKNOWN_TOPIC_OR_PART,
         KafkaError._UNKNOWN_PARTITION,
+        # a leader just elected that has not learnt the high watermark yet
+        KafkaError.OFFSET_NOT_AVAILABLE,
+        KafkaError.FENCED_LEADER_EPOCH,
+        # a pooled consumer's connection to a broker that was restarted
+        KafkaError._TRANSPORT,
     ],
 )
 def test_no_leader_yet_is_asked_again(code: int, slept: list[float]) -> None:
@@ -69,6 +74,13 @@ def test_no_leader_yet_is_asked_again(code: int, slept: list[float]) -> None:
     assert _log_with(consumer)._watermarks("p.t") == (0, 7)
     assert consumer.calls == 3
     assert slept == [0.05, 0.1]  # backing off
+
+
+def test_what_librdkafka_flags_retriable_is_asked_again() -> None:
+    flagged = KafkaException(KafkaError(KafkaError.NOT_ENOUGH_REPLICAS, "a moment", retriable=True))
+    consumer = _Answers(flagged, (3, 9))
+    assert _log_with(consumer)._watermarks("p.t") == (3, 9)
+    assert consumer.calls == 2
 
 
 def test_an_unknown_topic_is_never_taken_for_an_empty_one(monkeypatch: pytest.MonkeyPatch) -> None:
