@@ -8,8 +8,10 @@ from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.http import HTTP_STATUS_CODES
 
+from ams_app.api.forward import forward
 from ams_app.api.pipeline import JSON_TYPE
 from ams_app.errors import AmsError
+from ams_app.service.owner import ForwardTo
 
 _STATUS = {
     400: "BAD_REQUEST",
@@ -40,6 +42,13 @@ def register_error_handlers(app: Flask) -> None:
     @app.errorhandler(AmsError)
     def _ams(error: AmsError) -> Response:
         return render(error)
+
+    @app.errorhandler(ForwardTo)
+    def _forward(target: ForwardTo) -> Response:
+        try:
+            return forward(target)
+        except AmsError as error:
+            return render(error)
 
     @app.errorhandler(HTTPException)
     def _http(error: HTTPException) -> Response:

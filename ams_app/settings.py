@@ -92,6 +92,25 @@ class Settings:
     max_request_bytes: int = 10 * 1024 * 1024
     #: Most attributes on one message.
     max_attributes: int = 100
+    # --- consumption on several nodes (backend kafka) ----------------------------------------
+    #: One node at a time owns a pull subscription's leases (a ZooKeeper claim), keeps them in
+    #: memory and writes only acknowledgements to the store; other nodes forward the
+    #: subscription's pull, acknowledge, offsets and modifyOffset requests to it. Off: every node
+    #: changes the cursor in the store with compare-and-swap (docs/production.md).
+    consume_owner: bool = False
+    #: Base URL at which the other nodes reach this node's API, e.g. http://ams1:8080 (empty:
+    #: built from host, port and TLS, with node_name or the host name when host is 0.0.0.0).
+    advertise_url: str = ""
+    #: ZooKeeper path of the subscription owners. Empty: ``/ams-consume/{mongo_database}``.
+    consume_znode: str = ""
+    #: ZooKeeper session timeout of a node as an owner (seconds): how soon a dead node's
+    #: subscriptions move to another; an owner that cannot confirm its session within a third of
+    #: it stops handing out leases.
+    consume_session_seconds: float = 6.0
+    #: PEM bundle of the CAs that other nodes' certificates are verified against when a request
+    #: is forwarded over HTTPS (empty: the system's).
+    forward_ca_file: str = ""
+
     # --- push delivery ---------------------------------------------------------------------
     #: Push subscriptions can be configured.
     push_enabled: bool = True
@@ -163,12 +182,32 @@ class Settings:
             raise SettingsError("push_worker must be in-process or external")
         if self.backend == "kafka" and self.push_enabled and not self.zookeeper_hosts:
             raise SettingsError("push delivery on backend kafka needs zookeeper_hosts (or push_enabled: false)")
-        for name in ("push_session_seconds", "push_scan_seconds", "push_timeout_seconds"):
+        if self.consume_owner and self.backend == "kafka" and not self.zookeeper_hosts:
+            raise SettingsError("consume_owner on backend kafka needs zookeeper_hosts")
+        for name in ("push_session_seconds", "push_scan_seconds", "push_timeout_seconds", "consume_session_seconds"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be positive")
         if self.push_max_rate < 0:
             raise SettingsError("push_max_rate must not be negative")
         return self
+
+    @property
+    def consume_root(self) -> str:
+        """The ZooKeeper path of the subscription owners."""
+        return (self.consume_znode or f"/ams-consume/{self.mongo_database}").rstrip("/")
+
+    @property
+    def node_url(self) -> str:
+        """Where the other nodes reach this one (advertise_url, or built from the listener)."""
+        if self.advertise_url:
+            return self.advertise_url.rstrip("/")
+        import socket
+
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else (self.node_name or socket.getfqdn())
+        if ":" in host:
+            host = f"[{host}]"
+        scheme = "https" if self.tls_cert else "http"
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def push_root(self) -> str:

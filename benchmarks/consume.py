@@ -4,7 +4,7 @@ nodes (tools/services.py), fresh and after the store has grown a history.
     make services-up
     .venv/bin/python benchmarks/consume.py [--nodes 3] [--consumers 4] [--messages 50000] [--size 1024]
                                            [--max-messages 100] [--runs 3] [--via nodes|haproxy]
-                                           [--history 0] [--history-messages 5000]
+                                           [--history 0] [--history-messages 5000] [--consume-owner on|off]
 
 Starts the cluster (NODES `ams serve` on the kafka backend, haproxy in front) on a database of its
 own, then for each run: a topic and a subscription (ack deadline 600 s), MESSAGES of SIZE random bytes
@@ -181,12 +181,16 @@ def main() -> int:
     parser.add_argument("--via", choices=["nodes", "haproxy"], default="nodes")
     parser.add_argument("--history", type=int, default=0, help="rounds of history between the two measurements")
     parser.add_argument("--history-messages", type=int, default=5000)
+    parser.add_argument(
+        "--consume-owner", choices=["on", "off"], default="on", help="one node owns each subscription's leases"
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
     args = parser.parse_args()
 
     services = load_services_tool()
     database = "ams_bench_consume_" + uuid.uuid4().hex[:8]
-    info = services.start_cluster(nodes=args.nodes, database=database)
+    owner = "true" if args.consume_owner == "on" else "false"
+    info = services.start_cluster(nodes=args.nodes, database=database, env={"AMS_CONSUME_OWNER": owner})
     try:
         proxy = Target(f"{info.url}/v1", info.token, str(info.ca_file))
         nodes = [Target(f"{n.url}/v1", info.token, True) for n in info.nodes]

@@ -16,6 +16,7 @@ from ams_app.backends.log import MessageLog
 from ams_app.backends.store import MetadataStore
 from ams_app.errors import AmsError
 from ams_app.models import Cursor, Project, Subscription, Topic, User
+from ams_app.service.owner import Owners
 from ams_app.settings import Settings
 from ams_app.timeutil import now_ns
 
@@ -33,6 +34,7 @@ class ServiceBase:
     store: MetadataStore
     log: MessageLog
     settings: Settings
+    owners: Owners | None = None
 
     def project(self, name: str) -> Project:
         project = self.store.get_project(name=name)
@@ -75,6 +77,25 @@ class ServiceBase:
         if not self.store.create_user(user):
             raise AmsError.conflict("User")
         return user
+
+    def _cursor_op(
+        self,
+        project: Project,
+        sub: Subscription,
+        change: Callable[[Cursor], tuple[Cursor | None, R]],
+        *,
+        durable: bool = True,
+    ) -> R:
+        """Apply ``change`` to the subscription's cursor: at its owner, in memory, when one node owns
+        each pull subscription (consume_owner; ``durable`` waits for the store); otherwise in the
+        store, with compare-and-swap."""
+        if self.owners is not None and not sub.push.enabled:
+            return self.owners.change(f"{project.uuid}.{sub.name}", change, durable=durable)
+        return self._change_cursor(project, sub.name, change)
+
+    def _forget_owner(self, project: Project, name: str) -> None:
+        if self.owners is not None:
+            self.owners.forget(f"{project.uuid}.{name}")
 
     def _change_cursor(self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]) -> R:
         """Apply ``change`` to the subscription's cursor atomically: it returns the new cursor

@@ -22,7 +22,7 @@ from ams_app.backends.store import InvalidPageToken, MetadataStore, Page
 from ams_app.errors import AmsError
 from ams_app.models import Cursor, Membership, Project, Subscription, Topic, User
 from ams_app.service import cursor as cur
-from ams_app.service import push, schemas
+from ams_app.service import owner, push, schemas
 from ams_app.service.base import topic_key
 from ams_app.service.metrics_ops import MetricsOps
 from ams_app.service.push_ops import PushOps, active
@@ -72,6 +72,9 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         self.backend_healthy = True
         self.push_listeners = []
         self._health_watch = gevent.spawn(self._watch_health)
+        if settings.consume_owner and settings.backend == "kafka":
+            self.owners = owner.Owners(settings, store)
+            self.owners.start()
 
     def _watch_health(self) -> None:
         """Ping both backends every few seconds, in the background: /v1/status reads the
@@ -92,6 +95,8 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
     def close(self) -> None:
         self.stopping.set()
         self._health_watch.kill()
+        if self.owners is not None:
+            self.owners.close()
         self.usage.close()
         self.store.close()
         self.log.close()
@@ -458,6 +463,7 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         if not self.store.delete_subscription(project.uuid, name):
             raise AmsError.not_found("Subscription")
         self.usage.forget(project.uuid, "sub", name)
+        self._forget_owner(project, name)
         if not active(sub):
             return None
         self.push_changed()
@@ -493,13 +499,15 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         config = push.parse(raw, sub.push)
         if config.enabled:
             self._check_push_enabled()
-        was_active = active(sub)
+        was_active, was_push = active(sub), sub.push.enabled
         if was_active:
             self._deactivate(sub)
         sub.push = config
         if active(sub):  # mattermost, or the same endpoint, verified already
             self._activate(project, sub)
         self.store.update_subscription(sub)
+        if config.enabled and not was_push:  # pulled until now: its owner lets go
+            self._forget_owner(project, name)
         if was_active or active(sub):
             self.push_changed()
 
@@ -551,7 +559,7 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
                     return cur.with_lease(base, start, messages[-1].offset + 1, now, sub.ack_deadline), messages
             return None, []
 
-        return self._change_cursor(project, sub.name, lease)
+        return self._cursor_op(project, sub, lease, durable=False)
 
     _ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)$")
 
@@ -575,7 +583,7 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
             except cur.AckError as exc:  # store what it dropped (expired leases), then report
                 return (None if exc.cursor is cursor else exc.cursor), exc
 
-        problem = self._change_cursor(project, sub.name, ack)
+        problem = self._cursor_op(project, sub, ack)
         if problem is None:
             return
         if problem.problem is cur.AckProblem.TIMEOUT:
@@ -593,7 +601,7 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         def catch_up(cursor: Cursor) -> tuple[Cursor | None, int]:
             return (cur.normalize(cursor, low), low) if cursor.offset < low else (None, cursor.offset)
 
-        return low, high, self._change_cursor(project, sub.name, catch_up)
+        return low, high, self._cursor_op(project, sub, catch_up, durable=False)
 
     def offsets(self, project: Project, name: str) -> dict[str, int]:
         low, high, current = self.sub_offsets(project, self.subscription(project, name))
@@ -609,9 +617,7 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         if not low <= offset <= high:
             raise AmsError.invalid_data("Offset out of bounds")
         # a fresh cursor: pending leases and out-of-order acks are cancelled
-        self._change_cursor(
-            project, sub.name, lambda c: (dataclasses.replace(c, offset=offset, leases=[], acked=[]), None)
-        )
+        self._cursor_op(project, sub, lambda c: (dataclasses.replace(c, offset=offset, leases=[], acked=[]), None))
 
     def time_to_offset(self, project: Project, name: str, when: str | None) -> int:
         sub = self.subscription(project, name)

@@ -1,0 +1,337 @@
+"""One owner per pull subscription (backend kafka with ``consume_owner``): leases in memory, only
+acknowledgements written, other nodes forward to the owner. docs/production.md tells why.
+
+Ownership is an ephemeral znode ``{consume_root}/owners/{project uuid}.{subscription}`` holding the
+owner's URL. A node that meets a subscription nobody owns claims it; one that finds another's claim
+answers with :class:`ForwardTo` (the HTTP layer sends the request on, once). The owner reads the
+cursor from the store when it claims, and then keeps it in memory:
+
+- a pull leases messages in memory only. When the owner is lost its leases are lost with it and
+  the messages are delivered again once the next owner holds the subscription (at-least-once);
+- an acknowledge changes the cursor in memory and is answered only after the store holds it.
+  Concurrent acks share one write (group commit), which is the store's single writer for that
+  cursor;
+- the store's compare-and-swap on the cursor's version is the fence. The new owner writes a version
+  as soon as it claims, so a former owner that still believes it owns the subscription fails its
+  next write and lets go;
+- an owner hands out leases only while it has heard from ZooKeeper, on the session its claim
+  belongs to, within a third of the session timeout. ZooKeeper expires a session no sooner than one
+  whole timeout after it last heard from it, so a cut-off or paused owner has stopped before
+  another node can claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import gevent
+from gevent.event import Event
+from gevent.lock import Semaphore
+
+from ams_app.errors import AmsError
+from ams_app.models import Cursor
+from ams_app.settings import Settings
+
+log = logging.getLogger("ams.owner")
+R = TypeVar("R")
+
+#: Seconds a waiting acknowledge gives the store's write before it answers 503.
+_COMMIT_SECONDS = 10.0
+
+
+class ForwardTo(Exception):
+    """The subscription is owned by the node at ``url``: send the request there."""
+
+    def __init__(self, url: str, key: str) -> None:
+        super().__init__(url)
+        self.url = url
+        self.key = key
+
+
+def moved() -> AmsError:
+    return AmsError.unavailable("The subscription is moving to another node, try again")
+
+
+@dataclasses.dataclass(eq=False)
+class Held:
+    """A subscription this node owns: the authoritative cursor and its write-behind state."""
+
+    key: str
+    session: int
+    cursor: Cursor  # leases and acks; its version and read time are the two fields below
+    version: int  # the version the store holds (the last this node wrote)
+    read_at: float  # monotonic time at which that version was known to be the latest
+    lock: Semaphore = dataclasses.field(default_factory=Semaphore)
+    changes: int = 0  # changes made in memory that must reach the store
+    committed: int = 0  # of those, how many the store holds
+    flushing: bool = False
+    round: Event = dataclasses.field(default_factory=Event)  # set when a write ends
+    lost: bool = False
+
+
+class Owners:
+    """The subscriptions this node owns, their claims in ZooKeeper and their cursors."""
+
+    def __init__(self, settings: Settings, store: Any, client: Any = None) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.handlers.gevent import SequentialGeventHandler
+
+        self.settings = settings
+        self.store = store
+        self.url = settings.node_url
+        self.root = settings.consume_root
+        self.session_seconds = settings.consume_session_seconds
+        self.client = client or KazooClient(
+            hosts=settings.zookeeper_hosts,
+            timeout=self.session_seconds,
+            handler=SequentialGeventHandler(),
+            connection_retry={"max_tries": -1, "max_delay": 1.0},
+        )
+        self.client.add_listener(self._state)
+        self._held: dict[str, Held] = {}
+        self._claiming: dict[str, Semaphore] = {}
+        self._others: dict[str, str] = {}  # key -> owner URL, until the claim's watch fires
+        self._confirmed_at = 0.0  # monotonic time of the last answer from ZooKeeper
+        self._heartbeat: gevent.Greenlet | None = None
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self.client.start_async()
+        self._heartbeat = gevent.spawn(self._beat)
+
+    def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.kill()
+        self._drop_all("closing")
+        with contextlib.suppress(Exception):
+            self.client.stop()  # the session ends: the claims go at once
+            self.client.close()
+
+    def _beat(self) -> None:
+        """Keep ``_confirmed_at`` fresh without a request waiting for it."""
+        while True:
+            with contextlib.suppress(Exception):
+                self._confirm()
+            gevent.sleep(self.session_seconds / 6)
+
+    def _state(self, state: str) -> None:
+        from kazoo.client import KazooState
+
+        if state == KazooState.CONNECTED:
+            return
+        # suspended: the session may live on, but another node may own our subscriptions by the
+        # time we know; lost: it is gone. Either way our leases are forgotten (delivered again).
+        self._confirmed_at = 0.0
+        gevent.spawn(self._drop_all, f"ZooKeeper connection {state.lower()}")
+
+    def _session(self) -> int | None:
+        client_id = self.client.client_id if self.client.connected else None
+        return int(client_id[0]) if client_id else None
+
+    def _confirm(self) -> bool:
+        """Ask ZooKeeper something; True when it answered on a live session."""
+        from kazoo.exceptions import KazooException
+
+        if not self.client.connected:
+            return False
+        asked = time.monotonic()
+        try:
+            self.client.exists(self.root)
+        except KazooException:
+            return False
+        if not self.client.connected:
+            return False
+        self._confirmed_at = asked
+        return True
+
+    def _fresh(self, held: Held) -> bool:
+        if held.lost or held.session != self._session():
+            return False
+        if time.monotonic() - self._confirmed_at < self.session_seconds / 3:
+            return True
+        return self._confirm() and held.session == self._session()
+
+    # --- who owns what ---------------------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        return f"{self.root}/owners/{key}"
+
+    def hold(self, key: str) -> Held:
+        """This node's hold on ``key``, claiming it when nobody owns it; ForwardTo when another
+        node does; 503 while ZooKeeper cannot say."""
+        held = self._held.get(key)
+        if held is not None and self._fresh(held):
+            return held
+        if held is not None:
+            self._drop(held, "its ZooKeeper session is not confirmed")
+        url = self._others.get(key)
+        if url is not None:
+            raise ForwardTo(url, key)
+        claiming = self._claiming.setdefault(key, Semaphore())
+        with claiming:  # one claim attempt per key at a time on this node
+            held = self._held.get(key)
+            if held is not None and self._fresh(held):
+                return held
+            return self._claim(key)
+
+    def _claim(self, key: str) -> Held:
+        from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+
+        session = self._session()
+        if session is None:
+            raise AmsError.unavailable("Coordination is unavailable, try again")
+        for _ in range(3):
+            try:
+                data, stat = self.client.get(self._path(key), watch=lambda event, key=key: self._others.pop(key, None))
+            except NoNodeError:
+                try:
+                    self.client.ensure_path(f"{self.root}/owners")
+                    self.client.create(self._path(key), json.dumps({"url": self.url}).encode(), ephemeral=True)
+                except NodeExistsError:
+                    continue  # another node was quicker: look again
+                except KazooException as exc:
+                    raise AmsError.unavailable("Coordination is unavailable, try again") from exc
+                return self._take(key, session)
+            except KazooException as exc:
+                raise AmsError.unavailable("Coordination is unavailable, try again") from exc
+            if stat.ephemeralOwner == session:  # ours already (a hold dropped while the claim stayed)
+                return self._take(key, session)
+            try:
+                url = str(json.loads(data)["url"])
+            except (ValueError, KeyError, TypeError):
+                raise moved() from None
+            self._others[key] = url
+            raise ForwardTo(url, key)
+        raise moved()
+
+    def _take(self, key: str, session: int) -> Held:
+        """Start owning ``key``: read the cursor and write it back at once (the fence)."""
+        project_uuid, name = key.split(".", 1)
+        for _ in range(5):
+            cursor = self.store.get_cursor(project_uuid, name)
+            if cursor is None:
+                self.release(key)
+                raise AmsError.not_found("Subscription")
+            started = time.monotonic()
+            if self.store.swap_cursor(project_uuid, name, cursor):
+                held = Held(key, session, cursor, cursor.version + 1, started)
+                self._held[key] = held
+                with contextlib.suppress(Exception):  # a claim deleted by another node: let go
+                    self.client.exists(self._path(key), watch=self._on_claim_event(held))
+                log.info("owner: holding %s", key)
+                return held
+            gevent.sleep(0.01)  # a former owner's last write: read it again
+        self.release(key)
+        raise moved()
+
+    def _on_claim_event(self, held: Held) -> Callable[[Any], None]:
+        return lambda event: self._drop(held, "its claim was removed")
+
+    def release(self, key: str) -> None:
+        from kazoo.exceptions import KazooException
+
+        held = self._held.pop(key, None)
+        if held is not None:
+            held.lost = True
+            held.round.set()
+        with contextlib.suppress(KazooException):
+            _, stat = self.client.get(self._path(key))
+            if stat.ephemeralOwner == self._session():
+                self.client.delete(self._path(key), version=stat.version)
+
+    def forget(self, key: str) -> None:
+        """The subscription was deleted or became a push subscription: remove its claim, whoever
+        holds it (the holder's watch makes it let go), so that a subscription made again under
+        the same name starts from the store."""
+        from kazoo.exceptions import KazooException
+
+        self._others.pop(key, None)
+        held = self._held.pop(key, None)
+        if held is not None:
+            self._drop(held, "the subscription changed")
+        with contextlib.suppress(KazooException):
+            self.client.delete(self._path(key))
+
+    def unreachable(self, key: str) -> None:
+        """A forward to the owner failed: ask ZooKeeper again next time."""
+        self._others.pop(key, None)
+
+    def _drop(self, held: Held, why: str) -> None:
+        if self._held.get(held.key) is held:
+            del self._held[held.key]
+        if not held.lost:
+            log.warning("owner: letting go of %s: %s", held.key, why)
+        held.lost = True
+        held.round.set()
+
+    def _drop_all(self, why: str) -> None:
+        for held in list(self._held.values()):
+            self._drop(held, why)
+        self._others.clear()
+
+    def held_keys(self) -> list[str]:
+        return sorted(self._held)
+
+    # --- the cursor --------------------------------------------------------------------------------
+    def change(self, key: str, change: Callable[[Cursor], tuple[Cursor | None, R]], *, durable: bool) -> R:
+        """Apply ``change`` to the held cursor (one change at a time per subscription); with
+        ``durable``, return only once the store holds the result."""
+        held = self.hold(key)
+        with held.lock:
+            if held.lost or not self._fresh(held):
+                self._drop(held, "its ZooKeeper session is not confirmed")
+                raise moved()
+            updated, result = change(held.cursor)
+            if updated is not None:
+                held.cursor = updated
+                held.changes += 1
+            mine = held.changes
+        if durable and updated is not None:
+            self._commit(held, mine)
+        return result
+
+    def _commit(self, held: Held, mine: int) -> None:
+        give_up = time.monotonic() + _COMMIT_SECONDS
+        while held.committed < mine:
+            if held.lost:
+                raise moved()
+            if time.monotonic() > give_up:
+                raise AmsError.unavailable("The store did not take the acknowledgement in time, try again")
+            if held.flushing:
+                held.round.wait(max(give_up - time.monotonic(), 0.01))
+                continue
+            held.flushing = True
+            try:
+                self._flush(held)
+            finally:
+                held.flushing = False
+                done, held.round = held.round, Event()
+                done.set()
+
+    def _flush(self, held: Held) -> None:
+        """One write of the cursor as it is now; every change made so far rides along."""
+        project_uuid, name = held.key.split(".", 1)
+        target = held.changes
+        snapshot = dataclasses.replace(held.cursor, version=held.version, store_read_at=held.read_at)
+        started = time.monotonic()
+        try:
+            written = self.store.swap_cursor(project_uuid, name, snapshot)
+        except Exception:
+            log.exception("owner: writing the cursor of %s", held.key)
+            return
+        if written:
+            held.version, held.read_at = snapshot.version + 1, started
+            held.committed = max(held.committed, target)
+            return
+        fresh = self.store.get_cursor(project_uuid, name)
+        if fresh is not None and fresh.version == snapshot.version:  # only our read was too old to prove
+            held.read_at = fresh.store_read_at
+            return
+        found = fresh.version if fresh is not None else "none"
+        self._drop(held, f"another writer changed its cursor (this node had {snapshot.version}, the store {found})")
+        self.release(held.key)
