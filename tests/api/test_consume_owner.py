@@ -1,0 +1,234 @@
+"""One owner per pull subscription (consume_owner) on three kafka-backend nodes (tools/services.py):
+real Kafka, ZooKeeper and the MongoDB-wire server, each node spoken to directly over HTTP.
+
+The semantics are those of a single node: consumers on different nodes get different messages,
+acks are cumulative within a pull and may go to any node, a late ack is 408 and its messages come
+again. And what ownership adds: an owner killed mid-lease loses no answered ack (its unacked
+leases come again from the next owner), and an owner cut off from ZooKeeper (SIGSTOP past its
+session) does not hand out leases from its stale memory once another node owns the subscription."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import require_backend
+from tests.helpers import b64, load_services_tool, service_settings, unique
+
+pytestmark = pytest.mark.slow
+
+NODES = 3
+SESSION_SECONDS = 4.0
+services = load_services_tool()
+
+
+class Node:
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url.rstrip("/") + "/v1"
+        self.session = requests.Session()
+        self.session.headers["x-api-key"] = token
+
+    def request(self, method: str, path: str, body: Any = None) -> requests.Response:
+        return self.session.request(method, self.url + path, json=body, timeout=60)
+
+    def ok(self, method: str, path: str, body: Any = None) -> Any:
+        r = self.request(method, path, body)
+        assert r.status_code == 200, (method, path, r.status_code, r.text)
+        return r.json() if r.content else None
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    require_backend("kafka")  # outside CI a missing service skips; under CI=true it fails
+    database = "ams_test_owner_" + uuid.uuid4().hex[:10]
+    env = {"AMS_CONSUME_OWNER": "true", "AMS_CONSUME_SESSION_SECONDS": str(SESSION_SECONDS)}
+    try:
+        yield services.start_cluster(nodes=NODES, database=database, env=env)
+    finally:
+        try:
+            services.stop_cluster()
+        finally:
+            _drop_database(database)
+
+
+def _drop_database(database: str) -> None:
+    from pymongo import MongoClient
+
+    with contextlib.suppress(Exception):
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            service_settings()["AMS_MONGO_URI"], serverSelectionTimeoutMS=5000
+        )
+        try:
+            client.drop_database(database)
+        finally:
+            client.close()
+
+
+@pytest.fixture(scope="module")
+def nodes(cluster: Any) -> list[Node]:
+    return [Node(node.url, cluster.token) for node in cluster.nodes]
+
+
+@pytest.fixture(scope="module")
+def project(nodes: list[Node]) -> str:
+    name = unique("owner")
+    nodes[0].ok("POST", f"/projects/{name}", {"description": "consume_owner"})
+    return name
+
+
+@pytest.fixture
+def zk(cluster: Any) -> Iterator[Any]:
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts=service_settings()["AMS_ZOOKEEPER_HOSTS"])
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+def make_subscription(nodes: list[Node], project: str, count: int, deadline: int = 600) -> tuple[str, list[str]]:
+    topic, sub = unique("t"), unique("s")
+    nodes[0].ok("PUT", f"/projects/{project}/topics/{topic}")
+    nodes[1].ok(
+        "PUT",
+        f"/projects/{project}/subscriptions/{sub}",
+        {"topic": f"projects/{project}/topics/{topic}", "ackDeadlineSeconds": deadline},
+    )
+    payloads = [f"m{i}" for i in range(count)]
+    nodes[2].ok(
+        "POST", f"/projects/{project}/topics/{topic}:publish", {"messages": [{"data": b64(p)} for p in payloads]}
+    )
+    return sub, payloads
+
+
+def _received(body: Any) -> tuple[list[str], list[str]]:
+    received = body["receivedMessages"]
+    return [r["ackId"] for r in received], [base64.b64decode(r["message"]["data"]).decode() for r in received]
+
+
+def pull(node: Node, project: str, sub: str, count: int) -> tuple[list[str], list[str]]:
+    """(ackIds, payloads) of one pull that returns at once."""
+    path = f"/projects/{project}/subscriptions/{sub}:pull"
+    return _received(node.ok("POST", path, {"maxMessages": count, "returnImmediately": True}))
+
+
+def pull_when_ready(node: Node, project: str, sub: str, count: int, timeout: float = 30) -> list[str]:
+    """The payloads of the first pull that is not 503 (ownership moving), within ``timeout``."""
+    path = f"/projects/{project}/subscriptions/{sub}:pull"
+    deadline = time.monotonic() + timeout
+    while True:
+        r = node.request("POST", path, {"maxMessages": count, "returnImmediately": True})
+        if r.status_code != 503 or time.monotonic() > deadline:
+            assert r.status_code == 200, r.text
+            return _received(r.json())[1]
+        time.sleep(0.3)
+
+
+def ack(node: Node, project: str, sub: str, ack_id: str) -> requests.Response:
+    return node.request("POST", f"/projects/{project}/subscriptions/{sub}:acknowledge", {"ackIds": [ack_id]})
+
+
+def owner_of(zk: Any, cluster: Any, sub: str) -> int | None:
+    """The number (1-based) of the node whose claim holds ``sub``, from ZooKeeper itself."""
+    from kazoo.exceptions import NoNodeError
+
+    root = f"/ams-consume/{cluster.database}/owners"
+    try:
+        children = zk.get_children(root)
+    except NoNodeError:
+        return None
+    for child in children:
+        if child.endswith(f".{sub}"):
+            with contextlib.suppress(NoNodeError):
+                data, _ = zk.get(f"{root}/{child}")
+                url = json.loads(data)["url"]
+                return next(n for n, node in enumerate(cluster.nodes, 1) if node.url.rstrip("/") == url)
+    return None
+
+
+def test_consumers_on_different_nodes_get_different_messages_and_ack_anywhere(nodes, project):
+    sub, payloads = make_subscription(nodes, project, 30)
+    got: list[str] = []
+    acks: list[str] = []
+    for node in nodes:  # one pull per node, each through or at the owner
+        ids, data = pull(node, project, sub, 10)
+        assert len(data) == 10
+        got += data
+        acks.append(ids[-1])
+    assert sorted(got) == sorted(payloads)  # nobody got a message twice, nothing is missing
+    for i, ack_id in enumerate(acks):  # cumulative, and to a node other than the one that pulled
+        assert ack(nodes[(i + 1) % NODES], project, sub, ack_id).status_code == 200
+    offsets = nodes[2].ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")
+    assert offsets["current"] == offsets["max"] == 30
+    assert pull(nodes[0], project, sub, 10) == ([], [])
+
+
+def test_a_late_ack_is_408_and_the_messages_come_again(nodes, project):
+    sub, payloads = make_subscription(nodes, project, 5, deadline=1)
+    ids, data = pull(nodes[0], project, sub, 5)
+    assert data == payloads
+    time.sleep(2.5)  # whole seconds past the deadline
+    r = ack(nodes[1], project, sub, ids[-1])
+    assert r.status_code == 408, r.text
+    assert r.json()["error"]["status"] == "TIMEOUT"
+    _, again = pull(nodes[2], project, sub, 5)
+    assert again == payloads
+
+
+def test_an_owner_killed_mid_lease_loses_no_answered_ack(nodes, project, cluster, zk):
+    sub, payloads = make_subscription(nodes, project, 30)
+    ids, first = pull(nodes[0], project, sub, 10)
+    assert ack(nodes[1], project, sub, ids[-1]).status_code == 200  # answered: it is in the store
+    _, leased = pull(nodes[2], project, sub, 10)  # leased, never acknowledged
+    assert first == payloads[:10]
+    assert leased == payloads[10:20]
+    owner = owner_of(zk, cluster, sub)
+    assert owner is not None
+    services.kill_node(owner)
+    try:
+        other = nodes[owner % NODES]  # a surviving node
+        after = pull_when_ready(other, project, sub, 20)  # 503 until the dead owner's session expires
+        # the lost lease comes again (at-least-once); what was acknowledged never does
+        assert after == payloads[10:30]
+        assert owner_of(zk, cluster, sub) not in (None, owner)
+    finally:
+        services.start_node(owner, wait_lb=False)
+
+
+def test_an_owner_cut_off_past_its_session_hands_out_no_lease(nodes, project, cluster, zk):
+    sub, payloads = make_subscription(nodes, project, 30)
+    _, first = pull(nodes[0], project, sub, 10)
+    assert first == payloads[:10]
+    owner = owner_of(zk, cluster, sub)
+    assert owner is not None
+    pid = services.cluster_info().nodes[owner - 1].pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)  # paused: its memory still says it owns the subscription
+    try:
+        other = nodes[owner % NODES]
+        deadline = time.monotonic() + 5 * SESSION_SECONDS
+        while owner_of(zk, cluster, sub) == owner:  # ZooKeeper expires the paused node's session
+            assert time.monotonic() < deadline, "the paused owner's claim outlived its session"
+            time.sleep(0.2)
+        _, again = pull(other, project, sub, 10)  # the new owner starts from the store
+        _, second = pull(other, project, sub, 10)
+        assert again == payloads[:10]  # the lost lease, delivered again
+        assert second == payloads[10:20]
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # the former owner's memory has m0-m9 leased and would hand out m10-m19 a second time; it may
+    # answer 503 while it learns that its session is gone, then it forwards to the new owner
+    third = pull_when_ready(nodes[owner - 1], project, sub, 10)
+    assert third == payloads[20:30]
+    assert owner_of(zk, cluster, sub) != owner
