@@ -17,7 +17,9 @@ It prints, per run and as the median of the runs: messages per second, the p50 a
 pair, the answers that were not 200 by status (a 503 is contention), and how many messages came
 more than once. --history N then adds N rounds of the same work (a topic, a subscription,
 --history-messages published and drained), unmeasured, and measures the runs again: consuming must
-not slow down as the store's history grows. The cluster and its database are removed at the end.
+not slow down as the store's history grows. --consume-owner (on by default) sets the nodes'
+consume_owner: one node owns the subscription and the others forward to it (docs/production.md);
+off measures the compare-and-swap on the store. The cluster and its database are removed at the end.
 Loopback only; bounded by --timeout per run.
 """
 
