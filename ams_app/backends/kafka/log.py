@@ -288,6 +288,7 @@ class KafkaMessageLog:
             size = 0
             with self._consumer() as consumer:
                 consumer.assign([TopicPartition(key, 0, start)])
+                passing: KafkaError | None = None  # the last error librdkafka recovers from itself
                 try:
                     deadline = time.monotonic() + min(self.timeout, 10)
                     while time.monotonic() < deadline:
@@ -297,6 +298,9 @@ class KafkaMessageLog:
                             if error is not None:
                                 if error.code() == KafkaError._PARTITION_EOF:
                                     return out
+                                if _passing(record, error):
+                                    passing = error
+                                    continue
                                 raise KafkaException(error)
                             offset = record.offset()
                             if offset is None or offset >= end:
@@ -312,6 +316,8 @@ class KafkaMessageLog:
                             )
                             if offset + 1 >= end:
                                 return out
+                    if not out and passing is not None:  # nothing came, and the broker said why
+                        raise KafkaException(passing)
                     return out
                 finally:
                     consumer.unassign()
@@ -356,6 +362,14 @@ class KafkaMessageLog:
 
     def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
         self._notifier.wait(key, marker, timeout)
+
+
+def _passing(record: Any, error: KafkaError) -> bool:
+    """An error a read goes on after: news about the client rather than the partition (a broker
+    disconnected, all brokers down for a moment; it may have been queued while the consumer sat
+    in the pool), or a partition's leader changing. librdkafka reconnects and refetches on its
+    own; only if nothing is read before the read's deadline is it reported (503)."""
+    return record.topic() is None or error.code() in _NO_LEADER_YET or error.retriable()
 
 
 class _TooLarge(Exception):

@@ -106,3 +106,72 @@ def test_no_leader_for_too_long_is_reported(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(KafkaException):
         _log_with(consumer)._watermarks("p.t")
     assert consumer.calls == 3  # at 4 s and 8 s within the 10 s, not at 12 s
+
+
+class _Record:
+    def __init__(self, offset: int = 0, error: KafkaError | None = None, topic: str | None = "p.t") -> None:
+        self._offset, self._error, self._topic = offset, error, topic
+
+    def error(self) -> KafkaError | None:
+        return self._error
+
+    def topic(self) -> str | None:
+        return self._topic
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return b'{"data": "eA==", "attributes": {}, "publishTime": "2026-11-24T00:00:00Z"}'
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+class _Reader:
+    """consume() answers, in turn; then nothing."""
+
+    def __init__(self, *batches: list[_Record]) -> None:
+        self.batches = list(batches)
+
+    def assign(self, partitions: Any) -> None:
+        pass
+
+    def unassign(self) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Record]:
+        return self.batches.pop(0) if self.batches else []
+
+
+def _reading_log(reader: _Reader) -> kafka_log.KafkaMessageLog:
+    log = _log_with(reader)  # type: ignore[arg-type]
+    log._run = lambda fn, *args: fn(*args)  # type: ignore[method-assign]
+    return log
+
+
+def test_news_about_a_broker_queued_in_a_pooled_consumer_does_not_fail_a_read() -> None:
+    # "kafka2:9092/2: Disconnected", reported while the consumer sat in the pool (no topic)
+    disconnected = _Record(error=KafkaError(KafkaError._TRANSPORT), topic=None)
+    reader = _Reader([disconnected], [_Record(4), _Record(5)])
+    assert [m.offset for m in _reading_log(reader).read("p.t", 4, 6, 1 << 20)] == [4, 5]
+
+
+def test_a_leader_changing_under_a_read_is_waited_for() -> None:
+    moving = _Record(error=KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+    reader = _Reader([moving], [_Record(0)])
+    assert [m.offset for m in _reading_log(reader).read("p.t", 0, 1, 1 << 20)] == [0]
+
+
+def test_a_read_that_gets_nothing_but_errors_reports_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = iter(range(0, 1000, 4))
+    monkeypatch.setattr(kafka_log.time, "monotonic", lambda: float(next(clock)))
+    reader = _Reader(*[[_Record(error=KafkaError(KafkaError._ALL_BROKERS_DOWN), topic=None)]] * 5)
+    with pytest.raises(KafkaException):
+        _reading_log(reader).read("p.t", 0, 1, 1 << 20)
+
+
+def test_a_partition_error_that_will_not_pass_fails_the_read_at_once() -> None:
+    reader = _Reader([_Record(error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))], [_Record(0)])
+    with pytest.raises(KafkaException):
+        _reading_log(reader).read("p.t", 0, 1, 1 << 20)
