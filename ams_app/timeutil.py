@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from datetime import UTC, datetime
@@ -21,7 +22,13 @@ def zulu_seconds(ns: int) -> str:
 def zulu_nanos(ns: int) -> str:
     """Message ``publishTime``: UTC with all nine fractional digits, ending in ``Z``."""
     seconds, frac = divmod(ns, _NS)
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{frac:09d}Z"
+    return f"{_zulu_second(seconds)}.{frac:09d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _zulu_second(seconds: int) -> str:
+    """The messages of a pull were mostly published within the same few seconds."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 _ISO = re.compile(

@@ -13,12 +13,12 @@ import logging
 import requests
 from flask import Response, request
 
+from ams_app.api.pipeline import FORWARDED_HEADER as HEADER
 from ams_app.api.pipeline import service
 from ams_app.service.owner import ForwardTo, moved
 
 log = logging.getLogger("ams.owner")
 
-HEADER = "X-Ams-Forwarded-By"
 _PASSED = ("x-api-key", "authorization", "content-type", "accept")
 _session = requests.Session()
 

@@ -15,6 +15,7 @@ from ams_app.auth import Caller
 from ams_app.errors import AmsError
 from ams_app.models import Project
 from ams_app.service.core import AmsService
+from ams_app.service.owner import ForwardTo
 from ams_app.service.validation import valid_name
 
 JSON_TYPE = "application/json; charset=utf-8"
@@ -100,11 +101,40 @@ def authenticate(route: str, view_args: dict[str, str]) -> Ctx:
     return Ctx(svc, caller, project)
 
 
+#: Routes that change a subscription's cursor: with consume_owner, served by its owner.
+OWNED_ROUTES = frozenset(
+    {"subscriptions:pull", "subscriptions:acknowledge", "subscriptions:offsets", "subscriptions:modifyOffset"}
+)
+#: The header a forwarded request carries (ams_app/api/forward.py).
+FORWARDED_HEADER = "X-Ams-Forwarded-By"
+
+
+def forward_early(view_args: dict[str, str]) -> None:
+    """Raise ForwardTo when another node owns the subscription, before anything else is looked
+    up here: the owner authenticates the request and answers it. Anything unusual (no such
+    project, a bad name, no owner yet) is left to the normal checks, which give their answers."""
+    svc = service()
+    if svc.owners is None or request.headers.get(FORWARDED_HEADER):
+        return
+    project_name, sub_name = view_args.get("project", ""), view_args.get("subscription", "")
+    if not (valid_name(project_name) and valid_name(sub_name)):
+        return
+    project = svc.store.get_project(name=project_name)
+    if project is None:
+        return
+    key = f"{project.uuid}.{sub_name}"
+    url = svc.owners.elsewhere(key)
+    if url is not None:
+        raise ForwardTo(url, key)
+
+
 def add_route(bp: Blueprint, rule: str, route: str, method: str) -> Callable[[Callable[..., Response]], Any]:
     """Register ``handler(ctx, **view_args)`` behind the auth pipeline as ``route``."""
 
     def register(handler: Callable[..., Response]) -> Callable[..., Response]:
         def view(**view_args: str) -> Response:
+            if route in OWNED_ROUTES:
+                forward_early(view_args)
             ctx = authenticate(route, view_args)
             return handler(ctx, **view_args)
 

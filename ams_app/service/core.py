@@ -546,6 +546,9 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
             self.log.wait_for_append(key, marker, remaining)
 
     def _lease(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:
+        if self.owners is not None and not sub.push.enabled:
+            return self._lease_owned(project, sub, key, max_messages)
+
         def lease(cursor: Cursor) -> tuple[Cursor | None, list[StoredMessage]]:
             for _ in range(3):  # retention may remove messages between bounds and read: look again
                 low, high = self.log.bounds(key)
@@ -560,6 +563,44 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
             return None, []
 
         return self._cursor_op(project, sub, lease, durable=False)
+
+    def _lease_owned(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:
+        """As _lease, at the subscription's owner, without holding its cursor across the broker's
+        round trips: the range is leased first, then read, then the lease is cut to what was read
+        (other pulls meanwhile lease the ranges after it)."""
+        assert self.owners is not None
+        owned = f"{project.uuid}.{sub.name}"
+        for _ in range(3):  # retention may remove messages between bounds and read: look again
+            low, high = self.log.bounds(key)
+            now = now_ns()
+
+            def reserve(cursor: Cursor, low: int = low, high: int = high, now: int = now) -> Any:
+                found = cur.next_free_range(cursor, low, high, now, max_messages)
+                if found is None:
+                    return None, None
+                base, start, end = found
+                return cur.with_lease(base, start, end, now, sub.ack_deadline), (start, end)
+
+            reserved: tuple[int, int] | None = self.owners.change(owned, reserve, durable=False)
+            if reserved is None:
+                return []
+            start, end = reserved
+            try:
+                messages = self.log.read(key, start, end, self.settings.max_pull_bytes)
+            except Exception:
+                self._trim_lease(owned, start, now, start)
+                raise
+            found = bool(messages) and messages[0].offset == start
+            read_end = messages[-1].offset + 1 if found else start
+            if read_end < end:
+                self._trim_lease(owned, start, now, read_end)
+            if found:
+                return messages
+        return []
+
+    def _trim_lease(self, owned: str, start: int, delivered_ns: int, end: int) -> None:
+        assert self.owners is not None
+        self.owners.change(owned, lambda c: (cur.trim_lease(c, start, delivered_ns, end), None), durable=False)
 
     _ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)$")
 

@@ -83,6 +83,21 @@ def with_lease(cursor: Cursor, start: int, end: int, now_ns: int, deadline_s: in
     return c
 
 
+def trim_lease(cursor: Cursor, start: int, delivered_ns: int, end: int) -> Cursor:
+    """The lease made at ``delivered_ns`` from ``start`` ends at ``end`` instead (removed when
+    empty): a range leased before it was read, of which fewer messages came back."""
+    c = _copy(cursor)
+    leases = []
+    for lease in c.leases:
+        if lease.start == start and lease.delivered_ns == delivered_ns:
+            if end > start:
+                leases.append(dataclasses.replace(lease, end=min(lease.end, end)))
+        else:
+            leases.append(lease)
+    c.leases = leases
+    return c
+
+
 def next_wakeup_ns(cursor: Cursor, now_ns: int) -> int | None:
     """When the earliest active lease expires, if any."""
     times = [expiry_ns(lease) for lease in cursor.leases if not expired(lease, now_ns)]

@@ -179,6 +179,31 @@ class Owners:
                 return held
             return self._claim(key)
 
+    def elsewhere(self, key: str) -> str | None:
+        """The URL of the node that owns ``key`` when it is another one, as far as ZooKeeper
+        says; None when this node owns it, nobody does, or ZooKeeper cannot say (the request is
+        then served here, which claims or answers 503). Never claims: it runs before the caller
+        is authenticated."""
+        from kazoo.exceptions import KazooException, NoNodeError
+
+        if key in self._held:
+            return None
+        url = self._others.get(key)
+        if url is not None:
+            return url
+        session = self._session()
+        if session is None:
+            return None
+        try:
+            data, stat = self.client.get(self._path(key), watch=lambda event, key=key: self._others.pop(key, None))
+            if stat.ephemeralOwner == session:
+                return None
+            url = str(json.loads(data)["url"])
+        except (NoNodeError, KazooException, ValueError, KeyError, TypeError):
+            return None
+        self._others[key] = url
+        return url
+
     def _claim(self, key: str) -> Held:
         from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 

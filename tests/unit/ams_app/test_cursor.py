@@ -106,3 +106,20 @@ def test_next_wakeup_is_the_earliest_expiry() -> None:
     c, _, _ = lease(c, 0, 10, T0, 1, deadline=2)
     assert cur.next_wakeup_ns(c, T0) == T0 + 3 * S
     assert cur.next_wakeup_ns(Cursor(), T0) is None
+
+
+def test_a_lease_taken_before_its_read_is_cut_to_what_was_read() -> None:
+    c = cur.with_lease(Cursor(offset=0), 0, 100, 5, 10)
+    c = cur.with_lease(c, 100, 200, 6, 10)  # another pull leased the range after it meanwhile
+    cut = cur.trim_lease(c, 0, 5, 40)
+    assert [(lease.start, lease.end) for lease in cut.leases] == [(0, 40), (100, 200)]
+    # the messages between come with the next pull
+    found = cur.next_free_range(cut, 0, 300, 7, 100)
+    assert found is not None
+    assert found[1:] == (40, 100)
+
+
+def test_a_lease_of_which_nothing_was_read_is_removed() -> None:
+    c = cur.with_lease(Cursor(offset=0), 0, 100, 5, 10)
+    assert cur.trim_lease(c, 0, 5, 0).leases == []
+    assert cur.trim_lease(c, 0, 99, 0).leases == c.leases  # another pull's lease is left alone
