@@ -232,3 +232,18 @@ def test_an_owner_cut_off_past_its_session_hands_out_no_lease(nodes, project, cl
     third = pull_when_ready(nodes[owner - 1], project, sub, 10)
     assert third == payloads[20:30]
     assert owner_of(zk, cluster, sub) != owner
+
+
+def test_a_forwarded_request_is_checked_by_the_owner_as_by_any_node(nodes, project, cluster, zk):
+    sub, _ = make_subscription(nodes, project, 3)
+    pull(nodes[0], project, sub, 1)  # somebody owns it now
+    owner = owner_of(zk, cluster, sub)
+    assert owner is not None
+    other = nodes[owner % NODES]
+    path = f"/projects/{project}/subscriptions/{sub}:pull"
+    stranger = requests.post(other.url + path, json={"maxMessages": 1}, headers={"x-api-key": "nope"}, timeout=30)
+    assert stranger.status_code == 401, stranger.text
+    bad = other.request("POST", f"/projects/{project}/subscriptions/{sub}:acknowledge", {"ackIds": ["x"]})
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["error"]["message"] == "Invalid ack id"
+    assert other.request("POST", f"/projects/{project}/subscriptions/nosuch:pull", {}).status_code == 404
