@@ -101,7 +101,15 @@ def test_jobs_run_on_both_workers_and_their_figures_reach_the_api(api):
     assert archive_run.rc == 0
 
     # the job's figure, through haproxy
-    assert (topic_daily(api, topic, yesterday), va_messages(api, yesterday)) == (7, before + 7)
+    assert topic_daily(api, topic, yesterday) == 7
+    total = va_messages(api, yesterday)
+    if before == 0:  # a fresh appliance: the seven are all of yesterday
+        assert total == 7
+    else:
+        # the run crossed midnight (UTC), so yesterday also holds the earlier tests' traffic; the
+        # job counts all of it from the log, including what the live counters of the nodes those
+        # tests killed never flushed
+        assert total >= before + 7, (total, before)
 
     # both jobs had an executor on each worker
     apps = master_json()["completedapps"][-2:]
