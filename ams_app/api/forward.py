@@ -12,9 +12,11 @@ import logging
 
 import requests
 from flask import Response, request
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from ams_app.api.pipeline import FORWARDED_HEADER as HEADER
 from ams_app.api.pipeline import service
+from ams_app.errors import AmsError
 from ams_app.service.owner import ForwardTo, moved
 
 log = logging.getLogger("ams.owner")
@@ -34,10 +36,14 @@ def forward(target: ForwardTo) -> Response:
     url = target.url + request.full_path.rstrip("?")
     verify: str | bool = settings.forward_ca_file or True
     try:
+        data = request.get_data()  # read here first when the request is forwarded before any check
+    except RequestEntityTooLarge as exc:
+        raise AmsError.too_large("Request body is too large") from exc
+    try:
         answer = _session.request(
             request.method,
             url,
-            data=request.get_data(),
+            data=data,
             headers=headers,
             timeout=settings.pull_wait_seconds + settings.kafka_timeout_seconds + 10,
             verify=verify,

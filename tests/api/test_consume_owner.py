@@ -247,3 +247,15 @@ def test_a_forwarded_request_is_checked_by_the_owner_as_by_any_node(nodes, proje
     assert bad.status_code == 400, bad.text
     assert bad.json()["error"]["message"] == "Invalid ack id"
     assert other.request("POST", f"/projects/{project}/subscriptions/nosuch:pull", {}).status_code == 404
+
+
+def test_a_body_too_large_for_a_forward_is_413(nodes, project, cluster, zk):
+    sub, _ = make_subscription(nodes, project, 1)
+    pull(nodes[0], project, sub, 1)
+    owner = owner_of(zk, cluster, sub)
+    assert owner is not None
+    other = nodes[owner % NODES]
+    huge = {"ackIds": ["x" * (11 * 1024 * 1024)]}  # over max_request_bytes (10 MiB)
+    r = other.request("POST", f"/projects/{project}/subscriptions/{sub}:acknowledge", huge)
+    assert r.status_code == 413, r.text[:200]
+    assert r.json()["error"]["message"] == "Request body is too large"

@@ -15,6 +15,7 @@ consumer group: offsets live in the metadata store), so no consumer is created p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -60,6 +61,7 @@ _NO_LEADER_YET = frozenset(
         KafkaError.FENCED_LEADER_EPOCH,
         KafkaError.UNKNOWN_LEADER_EPOCH,
         KafkaError._TRANSPORT,
+        KafkaError._DESTROY_BROKER,
     }
 )
 _LEADER_WAIT_SECONDS = 10.0
@@ -139,6 +141,7 @@ class KafkaMessageLog:
         # taken only inside the pool's OS threads: a real lock, not the greenlet lock that
         # monkey-patching puts in threading (one of those left a pool thread waiting for ever)
         self._consumers_lock = monkey.get_original("threading", "Lock")()
+        self._discarded: set[int] = set()  # ids of consumers to close when given back
         self._notifier = AppendNotifier(_RECHECK_SECONDS)
 
     # ----------------------------------------------------------------- plumbing -------------
@@ -158,8 +161,18 @@ class KafkaMessageLog:
         try:
             yield consumer
         finally:
-            with self._consumers_lock:
-                self._consumers.append(consumer)
+            if id(consumer) in self._discarded:
+                self._discarded.discard(id(consumer))
+                with contextlib.suppress(Exception):
+                    consumer.close()
+            else:
+                with self._consumers_lock:
+                    self._consumers.append(consumer)
+
+    def _discard(self, consumer: Consumer) -> None:
+        """Close ``consumer`` instead of pooling it: after a broker restarts a pooled consumer can
+        keep a stale view (its broker handles destroyed, a new topic unknown to it for seconds)."""
+        self._discarded.add(id(consumer))
 
     def ping(self) -> None:
         self._run(lambda: self._admin.list_topics(timeout=min(self.timeout, 5)))
@@ -317,6 +330,7 @@ class KafkaMessageLog:
                             if offset + 1 >= end:
                                 return out
                     if not out and passing is not None:  # nothing came, and the broker said why
+                        self._discard(consumer)
                         raise KafkaException(passing)
                     return out
                 finally:
@@ -327,21 +341,25 @@ class KafkaMessageLog:
     def _watermarks(self, key: str) -> tuple[int, int]:
         deadline = time.monotonic() + min(self.timeout, _LEADER_WAIT_SECONDS)
         pause = 0.05
-        with self._consumer() as consumer:
-            while True:
+        failures = 0
+        while True:
+            with self._consumer() as consumer:
                 try:
                     low, high = consumer.get_watermark_offsets(
                         TopicPartition(key, 0), timeout=self.timeout, cached=False
                     )
+                    return int(low), int(high)
                 except KafkaException as exc:
                     error = exc.args[0]
                     transient = error.code() in _NO_LEADER_YET or error.retriable()
-                    if transient and time.monotonic() < deadline:
-                        _os_sleep(pause)  # a leader is being elected: ask again
-                        pause = min(pause * 2, 1.0)
-                        continue
-                    raise
-                return int(low), int(high)
+                    if not transient or time.monotonic() >= deadline:
+                        self._discard(consumer)
+                        raise
+                    failures += 1
+                    if failures >= 2:  # its view of the cluster may be stale: a new consumer asks afresh
+                        self._discard(consumer)
+            _os_sleep(pause)  # a leader is being elected: ask again
+            pause = min(pause * 2, 1.0)
 
     def bounds(self, key: str) -> tuple[int, int]:
         return self._run(self._watermarks, key)

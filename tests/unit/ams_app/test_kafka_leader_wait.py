@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -40,6 +40,7 @@ def _log_with(consumer: _Answers) -> kafka_log.KafkaMessageLog:
         yield consumer
 
     log._consumer = pooled  # type: ignore[method-assign]
+    log._discarded = set()
     return log
 
 
@@ -175,3 +176,39 @@ def test_a_partition_error_that_will_not_pass_fails_the_read_at_once() -> None:
     reader = _Reader([_Record(error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))], [_Record(0)])
     with pytest.raises(KafkaException):
         _reading_log(reader).read("p.t", 0, 1, 1 << 20)
+
+
+class _Stale:
+    """A consumer whose view of the cluster is stale: the first one made knows no new topic."""
+
+    made: ClassVar[list[_Stale]] = []
+
+    def __init__(self, config: Any) -> None:
+        self.stale = not _Stale.made
+        self.closed = False
+        _Stale.made.append(self)
+
+    def get_watermark_offsets(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        if self.stale:
+            raise _error(KafkaError._UNKNOWN_PARTITION)
+        return (0, 7)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_consumer_that_keeps_failing_is_replaced_by_a_new_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    _Stale.made = []
+    monkeypatch.setattr(kafka_log, "Consumer", _Stale)
+    log = object.__new__(kafka_log.KafkaMessageLog)
+    log.timeout = 30.0
+    log._consumer_config = {}
+    log._consumers = []
+    log._consumers_lock = threading.Lock()
+    log._discarded = set()
+    assert log._watermarks("p.t") == (0, 7)
+    first, second = _Stale.made
+    assert first.closed  # not pooled again
+    assert log._consumers == [second]
