@@ -64,7 +64,7 @@ _NO_LEADER_YET = frozenset(
         KafkaError._DESTROY_BROKER,
     }
 )
-_LEADER_WAIT_SECONDS = 10.0
+_LEADER_WAIT_SECONDS = 25.0
 #: time.sleep for the pool's OS threads (monkey-patching makes time.sleep a greenlet's sleep)
 _os_sleep = monkey.get_original("time", "sleep")
 

@@ -101,12 +101,12 @@ def test_other_errors_are_not_retried() -> None:
 
 
 def test_no_leader_for_too_long_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = iter(range(0, 1000, 4))  # every look at the clock is 4 s later
+    clock = iter(range(0, 1000, 12))  # every look at the clock is 12 s later
     monkeypatch.setattr(kafka_log.time, "monotonic", lambda: float(next(clock)))
     consumer = _Answers(*[_error(KafkaError.LEADER_NOT_AVAILABLE)] * 10)
     with pytest.raises(KafkaException):
         _log_with(consumer)._watermarks("p.t")
-    assert consumer.calls == 3  # at 4 s and 8 s within the 10 s, not at 12 s
+    assert consumer.calls == 3  # at 12 s and 24 s within the 25 s, not at 36 s
 
 
 class _Record:
