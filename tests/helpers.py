@@ -292,3 +292,19 @@ def error_of(response: Any) -> dict[str, Any]:
     assert set(body["error"]) == {"code", "message", "status"}, body
     assert body["error"]["code"] == response.status_code
     return dict(body["error"])
+
+
+def drop_database(database: str) -> None:
+    """Drop a MongoDB database a test cluster used (best effort: the server may be gone)."""
+    import contextlib
+
+    from pymongo import MongoClient
+
+    with contextlib.suppress(Exception):
+        client: MongoClient[dict[str, Any]] = MongoClient(
+            service_settings()["AMS_MONGO_URI"], serverSelectionTimeoutMS=5000
+        )
+        try:
+            client.drop_database(database)
+        finally:
+            client.close()

@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from tests.conftest import require_backend
-from tests.helpers import b64, load_services_tool, service_settings, unique
+from tests.helpers import b64, drop_database, load_services_tool, unique
 
 pytestmark = pytest.mark.slow
 
@@ -63,20 +63,7 @@ def cluster() -> Iterator[Any]:
         try:
             services.stop_cluster()
         finally:
-            _drop_database(database)
-
-
-def _drop_database(database: str) -> None:
-    from pymongo import MongoClient
-
-    with contextlib.suppress(Exception):
-        client: MongoClient[dict[str, Any]] = MongoClient(
-            service_settings()["AMS_MONGO_URI"], serverSelectionTimeoutMS=5000
-        )
-        try:
-            client.drop_database(database)
-        finally:
-            client.close()
+            drop_database(database)
 
 
 @pytest.fixture
