@@ -122,8 +122,16 @@ class KafkaMessageLog:
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 10,
-            "fetch.max.bytes": self.max_record_bytes * 4,
-            "max.partition.fetch.bytes": self.max_record_bytes * 4,
+            # A read wants one pull's worth from an offset, then the consumer goes back to the
+            # pool unassigned and what it prefetched is dropped. librdkafka's defaults prefetch up
+            # to 64 MB per read (and these were 8 MB per fetch): most of the broker's CPU went to
+            # data thrown away (docs/benchmarks.md). A larger record still comes whole: the
+            # broker always returns the first batch, whatever its size.
+            "fetch.max.bytes": 1024 * 1024,
+            "max.partition.fetch.bytes": 1024 * 1024,
+            "queued.min.messages": 1000,
+            "queued.max.messages.kbytes": 2048,
+            "fetch.queue.backoff.ms": 5,  # the default 1000 stalls a read that crossed the limits
         }
         self._producer = Producer(
             base
