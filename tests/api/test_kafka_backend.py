@@ -244,3 +244,23 @@ def test_message_ids_are_kafka_offsets_and_continue_after_the_topic_is_recreated
         ("4", b"e"),
     ]
     assert api.ok("GET", f"/projects/{project}/subscriptions/s2:offsets")["min"] == 3
+
+
+def test_messages_larger_than_one_fetch_come_whole_and_in_order(make_server: Any, tmp_path: Path) -> None:
+    """A read fetches about 1 MB at a time (ams_app/backends/kafka/log.py); a message of the
+    largest size (1 MiB of data, about 1.4 MB as a record) still comes whole, between small ones."""
+    srv = make_server(tmp_path / "data", backend="kafka")
+    api = srv.api()
+    project = new_topic_and_sub(api, ack_deadline=60)
+    big = os.urandom(1024 * 1024 - 64)
+    payloads = [b"small-0", big, b"small-1", big[::-1], b"small-2"]
+    for payload in payloads:  # one per request: together they would pass max_request_bytes
+        body = {"messages": [{"data": base64.b64encode(payload).decode()}]}
+        api.ok("POST", f"/projects/{project}/topics/t:publish", body)
+    got: list[bytes] = []
+    while len(got) < len(payloads):
+        pulled = api.pull(project, "s", 10)
+        assert pulled, f"{len(got)} of {len(payloads)} messages pulled"
+        got += [base64.b64decode(m["message"]["data"]) for m in pulled]
+        assert api.ack(project, "s", [pulled[-1]["ackId"]]).status_code == 200
+    assert got == payloads
