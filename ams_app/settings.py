@@ -93,6 +93,10 @@ class Settings:
     #: Most attributes on one message.
     max_attributes: int = 100
     # --- consumption on several nodes (backend kafka) ----------------------------------------
+    #: Backend kafka with zookeeper_hosts: each node caches the users, projects, topics and
+    #: subscriptions that requests look up, and checks one ZooKeeper znode per request for
+    #: changes made through any node (docs/production.md). Off: every lookup asks MongoDB.
+    metadata_cache: bool = True
     #: One node at a time owns a pull subscription's leases (a ZooKeeper claim), keeps them in
     #: memory and writes only acknowledgements to the store; other nodes forward the
     #: subscription's pull, acknowledge, offsets and modifyOffset requests to it. Off: every node

@@ -5,6 +5,7 @@ nodes (tools/services.py), fresh and after the store has grown a history.
     .venv/bin/python benchmarks/consume.py [--nodes 3] [--consumers 4] [--messages 50000] [--size 1024]
                                            [--max-messages 100] [--runs 3] [--via nodes|haproxy]
                                            [--history 0] [--history-messages 5000] [--consume-owner on|off]
+                                           [--metadata-cache on|off]
 
 Starts the cluster (NODES `ams serve` on the kafka backend, haproxy in front) on a database of its
 own, then for each run: a topic and a subscription (ack deadline 600 s), MESSAGES of SIZE random bytes
@@ -19,7 +20,8 @@ more than once. --history N then adds N rounds of the same work (a topic, a subs
 --history-messages published and drained), unmeasured, and measures the runs again: consuming must
 not slow down as the store's history grows. --consume-owner (on by default) sets the nodes'
 consume_owner: one node owns the subscription and the others forward to it (docs/production.md);
-off measures the compare-and-swap on the store. The cluster and its database are removed at the end.
+off measures the compare-and-swap on the store. --metadata-cache (on by default) sets the nodes'
+metadata_cache. The cluster and its database are removed at the end.
 Loopback only; bounded by --timeout per run.
 """
 
@@ -186,13 +188,17 @@ def main() -> int:
     parser.add_argument(
         "--consume-owner", choices=["on", "off"], default="on", help="one node owns each subscription's leases"
     )
+    parser.add_argument(
+        "--metadata-cache", choices=["on", "off"], default="on", help="the nodes' metadata cache (docs/production.md)"
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
     args = parser.parse_args()
 
     services = load_services_tool()
     database = "ams_bench_consume_" + uuid.uuid4().hex[:8]
     owner = "true" if args.consume_owner == "on" else "false"
-    info = services.start_cluster(nodes=args.nodes, database=database, env={"AMS_CONSUME_OWNER": owner})
+    env = {"AMS_CONSUME_OWNER": owner, "AMS_METADATA_CACHE": "true" if args.metadata_cache == "on" else "false"}
+    info = services.start_cluster(nodes=args.nodes, database=database, env=env)
     try:
         proxy = Target(f"{info.url}/v1", info.token, str(info.ca_file))
         nodes = [Target(f"{n.url}/v1", info.token, True) for n in info.nodes]
@@ -201,7 +207,8 @@ def main() -> int:
         admin.ok("POST", f"/projects/{PROJECT}", {}, accept=(200, 409))
         print(
             f"nodes={args.nodes} consumers={args.consumers} via={args.via} messages={args.messages} "
-            f"size={args.size}B maxMessages={args.max_messages} cores={os.cpu_count()}",
+            f"size={args.size}B maxMessages={args.max_messages} consume_owner={args.consume_owner} "
+            f"metadata_cache={args.metadata_cache} cores={os.cpu_count()}",
             flush=True,
         )
         measure(args, admin, targets, "fresh")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -133,10 +134,12 @@ def add_route(bp: Blueprint, rule: str, route: str, method: str) -> Callable[[Ca
 
     def register(handler: Callable[..., Response]) -> Callable[..., Response]:
         def view(**view_args: str) -> Response:
-            if route in OWNED_ROUTES:
-                forward_early(view_args)
-            ctx = authenticate(route, view_args)
-            return handler(ctx, **view_args)
+            metadata = service().metadata
+            with metadata.view() if metadata is not None else contextlib.nullcontext():
+                if route in OWNED_ROUTES:
+                    forward_early(view_args)
+                ctx = authenticate(route, view_args)
+                return handler(ctx, **view_args)
 
         bp.add_url_rule(rule, endpoint=route, view_func=view, methods=[method])
         return handler

@@ -24,6 +24,7 @@ from ams_app.models import Cursor, Membership, Project, Subscription, Topic, Use
 from ams_app.service import cursor as cur
 from ams_app.service import owner, push, schemas
 from ams_app.service.base import topic_key
+from ams_app.service.metacache import MetadataCache
 from ams_app.service.metrics_ops import MetricsOps
 from ams_app.service.push_ops import PushOps, active
 from ams_app.service.registration_ops import RegistrationOps
@@ -65,6 +66,11 @@ class Delivery:
 class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a ServiceBase
     def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
         self.settings = settings
+        self.metadata: MetadataCache | None = None
+        if settings.metadata_cache and settings.backend == "kafka" and settings.zookeeper_hosts:
+            self.metadata = MetadataCache(settings, store)
+            self.metadata.start()
+            store = self.metadata  # the same methods, four of them cached
         self.store = store
         self.log = log
         self.stopping = Event()

@@ -1,0 +1,262 @@
+"""A node's cache of the metadata that nearly every request looks up (the caller's user, the
+project, the topic, the subscription), consistent across nodes through one ZooKeeper znode.
+
+Why: on backend kafka each such lookup is a MongoDB round trip; a pull and its acknowledge made
+seven of them, which cost the metadata server more CPU than the messages themselves
+(docs/benchmarks.md). Why not a time-to-live: a change made through one node (a deleted topic, a
+refreshed token, a revoked ACL) must hold on every node as soon as its request has answered.
+
+How (docs/production.md, "Metadata cache"):
+
+- The znode ``/ams-metadata/{mongo_database}`` is the *generation*: its ``mzxid``, which
+  ZooKeeper makes grow with every write.
+- A change to cached metadata writes the znode before the store (no ZooKeeper: 503 and nothing
+  changed) and again after it (retried in the background until ZooKeeper takes it).
+- Every API request reads the znode's stat once, when it begins (:meth:`MetadataCache.view`). It
+  uses a cached entry only when the entry was read from the store after a generation at least as
+  recent as the one it saw. Any change that answered before the request began has moved the
+  generation past every entry read before the change, so the request reads it afresh.
+- A request that cannot read the generation, and any work outside a request (push deliveries,
+  background tasks), reads the store directly. A node whose ZooKeeper connection is suspended or
+  lost forgets its entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import gevent
+
+from ams_app.errors import AmsError
+from ams_app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Store methods whose answers are cached (by their arguments).
+CACHED = frozenset({"get_project", "get_user", "get_topic", "get_subscription"})
+#: Store methods that neither change cached metadata nor are cached. Every other method is taken
+#: as a change and moves the generation (a new method is safe until it is listed here).
+PASSTHROUGH = frozenset(
+    {
+        "ping",
+        "close",
+        "list_projects",
+        "get_users",
+        "list_users",
+        "acl_of_user",
+        "list_topics",
+        "list_subscriptions",
+        "subscriptions_of_topic",
+        "push_subscriptions",
+        "get_schema",
+        "list_schemas",
+        "create_registration",
+        "get_registration",
+        "list_registrations",
+        "update_registration",
+        "delete_registration",
+        "add_usage",
+        "usage",
+        "all_usage",
+        "daily_messages",
+        "daily_totals",
+        "replace_daily_usage",
+        "created_between",
+        "put_node_metrics",
+        "node_metrics",
+        "get_cursor",
+        "swap_cursor",
+    }
+)
+#: Entries kept at most; past it the cache starts again empty.
+MAX_ENTRIES = 20_000
+_RETRY_SECONDS = 0.5
+_CONNECT_SECONDS = 10.0
+
+#: The generation the current request saw (a one-item list: the request's own changes raise it);
+#: None outside a request, or when the generation could not be read.
+_seen: contextvars.ContextVar[list[int] | None] = contextvars.ContextVar("ams_metadata_seen", default=None)
+
+
+class MetadataCache:
+    """Wraps a MetadataStore: the same methods, the four lookups cached (see the module's doc)."""
+
+    def __init__(self, settings: Settings, store: Any, client: Any = None) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.exceptions import KazooException
+        from kazoo.handlers.gevent import SequentialGeventHandler
+
+        self.inner = store
+        self.path = f"/ams-metadata/{settings.mongo_database}"
+        self.client = client or KazooClient(
+            hosts=settings.zookeeper_hosts,
+            timeout=10.0,
+            handler=SequentialGeventHandler(),
+            connection_retry={"max_tries": -1, "max_delay": 1.0},
+        )
+        self.client.add_listener(self._state)
+        self._unreachable = (KazooException, self.client.handler.timeout_exception)
+        self._entries: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        self.connect_seconds = _CONNECT_SECONDS  # a change waits this long for a connection
+        self._latest = 0  # the highest generation seen on this node
+        self._pending: gevent.Greenlet | None = None  # a move of the generation still to make
+        self.hits = 0
+        self.misses = 0
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self.client.start_async()
+
+    def close(self) -> None:
+        if self._pending is not None:
+            self._pending.join(timeout=5)
+        with contextlib.suppress(Exception):
+            self.client.stop()
+            self.client.close()
+        self.inner.close()
+
+    def _state(self, state: str) -> None:
+        from kazoo.client import KazooState
+
+        if state != KazooState.CONNECTED:  # changes may go unannounced to this node meanwhile
+            self._entries = {}
+
+    # --- the generation ------------------------------------------------------------------------
+    def _ask(self, call: Callable[..., Any], *args: Any) -> Any:
+        """One ZooKeeper call, bounded: kazoo queues a call made while it is disconnected until
+        it reconnects, which could be never."""
+        return call(*args).get(timeout=self.connect_seconds)
+
+    def _read(self) -> int | None:
+        if not self.client.connected:
+            return None
+        try:
+            stat = self._ask(self.client.exists_async, self.path)
+            if stat is None:
+                self._create()
+                stat = self._ask(self.client.exists_async, self.path)
+        except self._unreachable:
+            return None
+        if stat is None or not self.client.connected:
+            return None
+        return int(stat.mzxid)
+
+    def _create(self) -> None:
+        from kazoo.exceptions import NodeExistsError
+
+        with contextlib.suppress(NodeExistsError):
+            self.client.ensure_path_async("/".join(self.path.split("/")[:-1]) or "/").get(timeout=self.connect_seconds)
+            self._ask(self.client.create_async, self.path, b"")
+
+    def _move(self) -> int:
+        """Write the znode; its new mzxid. Raises KazooException or the handler's timeout."""
+        from kazoo.exceptions import ConnectionLoss, NoNodeError
+
+        waited = 0.0
+        while not self.client.connected and waited < self.connect_seconds:  # just started, or reconnecting
+            gevent.sleep(0.05)
+            waited += 0.05
+        if not self.client.connected:
+            raise ConnectionLoss("not connected to ZooKeeper")
+        try:
+            stat = self._ask(self.client.set_async, self.path, b"")
+        except NoNodeError:
+            self._create()
+            stat = self._ask(self.client.set_async, self.path, b"")
+        return int(stat.mzxid)
+
+    def _seen_now(self, generation: int) -> None:
+        if generation > self._latest:
+            self._latest = generation
+            self._entries = {}  # read before it: no request that begins from now on can use them
+        seen = _seen.get()
+        if seen is not None and generation > seen[0]:
+            seen[0] = generation  # this request's own change: it must read it back
+
+    def _move_later(self) -> None:
+        """After a change the store took: move the generation until ZooKeeper takes it."""
+
+        def retry() -> None:
+            while True:
+                try:
+                    self._seen_now(self._move())
+                    log.warning("metadata generation moved after a ZooKeeper outage")
+                    return
+                except self._unreachable:  # keep trying
+                    gevent.sleep(_RETRY_SECONDS)
+
+        try:
+            self._seen_now(self._move())
+        except self._unreachable:
+            log.warning("metadata generation not moved after a change (ZooKeeper unreachable); retrying")
+            if self._pending is None or self._pending.dead:
+                self._pending = gevent.spawn(retry)
+
+    @contextlib.contextmanager
+    def view(self) -> Iterator[None]:
+        """The scope of one request: lookups in it may be served from the cache."""
+        generation = self._read()
+        if generation is None:
+            self._entries = {}
+            yield
+            return
+        self._seen_now(generation)
+        token = _seen.set([generation])
+        try:
+            yield
+        finally:
+            _seen.reset(token)
+
+    # --- the store's methods -------------------------------------------------------------------
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+        if name in CACHED:
+            wrapped = self._cached(name, attr)
+        elif name in PASSTHROUGH:
+            wrapped = attr
+        else:
+            wrapped = self._changing(attr)
+        self.__dict__[name] = wrapped  # found directly from now on
+        return wrapped
+
+    def _cached(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def lookup(*args: Any, **kwargs: Any) -> Any:
+            seen = _seen.get()
+            if seen is None:
+                return fn(*args, **kwargs)
+            key = (name, args, tuple(sorted(kwargs.items())))
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] >= seen[0]:
+                self.hits += 1
+                return copy.deepcopy(entry[1])  # callers change what they get before writing it
+            self.misses += 1
+            read_at = seen[0]
+            value = fn(*args, **kwargs)
+            current = self._entries.get(key)
+            if read_at >= self._latest and (current is None or current[0] <= read_at):
+                if len(self._entries) >= MAX_ENTRIES:
+                    self._entries = {}
+                self._entries[key] = (read_at, copy.deepcopy(value))
+            return value
+
+        return lookup
+
+    def _changing(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def change(*args: Any, **kwargs: Any) -> Any:
+            try:
+                self._seen_now(self._move())
+            except self._unreachable as exc:  # nothing is changed yet
+                raise AmsError.unavailable("Metadata cannot change now: ZooKeeper is unreachable") from exc
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._move_later()
+
+        return change
