@@ -5,7 +5,7 @@ nodes (tools/services.py), fresh and after the store has grown a history.
     .venv/bin/python benchmarks/consume.py [--nodes 3] [--consumers 4] [--messages 50000] [--size 1024]
                                            [--max-messages 100] [--runs 3] [--via nodes|haproxy]
                                            [--history 0] [--history-messages 5000] [--consume-owner on|off]
-                                           [--metadata-cache on|off]
+                                           [--metadata-cache on|off] [--cpu]
 
 Starts the cluster (NODES `ams serve` on the kafka backend, haproxy in front) on a database of its
 own, then for each run: a topic and a subscription (ack deadline 600 s), MESSAGES of SIZE random bytes
@@ -21,8 +21,9 @@ more than once. --history N then adds N rounds of the same work (a topic, a subs
 not slow down as the store's history grows. --consume-owner (on by default) sets the nodes'
 consume_owner: one node owns the subscription and the others forward to it (docs/production.md);
 off measures the compare-and-swap on the store. --metadata-cache (on by default) sets the nodes'
-metadata_cache. The cluster and its database are removed at the end.
-Loopback only; bounded by --timeout per run.
+metadata_cache. --cpu prints, after each measured run, the CPU seconds that each process on the
+machine (nodes, Kafka, FerretDB, consumers) spent during it, from /proc. The cluster and its
+database are removed at the end. Loopback only; bounded by --timeout per run.
 """
 
 from __future__ import annotations
@@ -126,7 +127,33 @@ def fill(client: Client, topic: str, sub: str, messages: int, size: int) -> None
         left -= n
 
 
-def consume(targets: list[Target], sub: str, consumers: int, max_messages: int, timeout: float) -> dict[str, Any]:
+def cpu_ticks() -> dict[int, tuple[int, str]]:
+    """Every process's user + system CPU time (clock ticks) and command line, from /proc."""
+    found: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            found[int(entry.name)] = (int(fields[11]) + int(fields[12]), command)
+    return found
+
+
+def print_cpu(before: dict[int, tuple[int, str]], after: dict[int, tuple[int, str]], seconds: float) -> None:
+    tick = os.sysconf("SC_CLK_TCK")
+    used = sorted(
+        ((ticks - before.get(pid, (0, ""))[0]) / tick, pid, command) for pid, (ticks, command) in after.items()
+    )
+    used = [row for row in used if row[0] > 0][::-1]
+    print(f"  cpu over {seconds:.1f}s: {sum(row[0] for row in used):.1f}s in all", flush=True)
+    for spent, pid, command in used[:10]:
+        print(f"  {spent:6.2f}s {pid} {command[:110]}", flush=True)
+
+
+def consume(
+    targets: list[Target], sub: str, consumers: int, max_messages: int, timeout: float, cpu: bool = False
+) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     deadline = time.monotonic() + timeout
@@ -134,11 +161,14 @@ def consume(targets: list[Target], sub: str, consumers: int, max_messages: int, 
         context.Process(target=consumer, args=(targets[i % len(targets)], sub, max_messages, deadline, out))
         for i in range(consumers)
     ]
+    before = cpu_ticks() if cpu else {}
     started = time.monotonic()
     for p in processes:
         p.start()
     results: list[Outcome] = [out.get(timeout=timeout + 60) for _ in processes]
     took = time.monotonic() - started
+    if cpu:
+        print_cpu(before, cpu_ticks(), took)
     for p in processes:
         p.join()
     pairs = [s for r in results for s in r.pairs]
@@ -163,7 +193,7 @@ def measure(args: argparse.Namespace, admin: Client, targets: list[Target], labe
     for run in range(args.runs):
         name = uuid.uuid4().hex[:8]
         fill(admin, f"t-{name}", f"s-{name}", args.messages, args.size)
-        figures = consume(targets, f"s-{name}", args.consumers, args.max_messages, args.timeout)
+        figures = consume(targets, f"s-{name}", args.consumers, args.max_messages, args.timeout, args.cpu)
         if figures["messages"] != args.messages:
             raise RuntimeError(f"{label} run {run + 1}: {figures['messages']} of {args.messages} messages consumed")
         print(f"{label} run {run + 1}: {figures}", flush=True)
@@ -191,6 +221,7 @@ def main() -> int:
     parser.add_argument(
         "--metadata-cache", choices=["on", "off"], default="on", help="the nodes' metadata cache (docs/production.md)"
     )
+    parser.add_argument("--cpu", action="store_true", help="print each process's CPU seconds during each run")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
     args = parser.parse_args()
 

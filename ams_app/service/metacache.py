@@ -27,6 +27,7 @@ import contextlib
 import contextvars
 import copy
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -77,6 +78,8 @@ PASSTHROUGH = frozenset(
 MAX_ENTRIES = 20_000
 _RETRY_SECONDS = 0.5
 _CONNECT_SECONDS = 10.0
+_READ_SECONDS = 2.0  # a request waits this long at most for the generation
+_QUIET_SECONDS = 1.0  # after a read that timed out, requests do not ask for this long
 
 #: The generation the current request saw (a one-item list: the request's own changes raise it);
 #: None outside a request, or when the generation could not be read.
@@ -104,6 +107,7 @@ class MetadataCache:
         self._entries: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.connect_seconds = _CONNECT_SECONDS  # a change waits this long for a connection
         self._latest = 0  # the highest generation seen on this node
+        self._quiet_until = 0.0
         self._pending: gevent.Greenlet | None = None  # a move of the generation still to make
         self.hits = 0
         self.misses = 0
@@ -127,20 +131,23 @@ class MetadataCache:
             self._entries = {}
 
     # --- the generation ------------------------------------------------------------------------
-    def _ask(self, call: Callable[..., Any], *args: Any) -> Any:
+    def _ask(self, call: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
         """One ZooKeeper call, bounded: kazoo queues a call made while it is disconnected until
         it reconnects, which could be never."""
-        return call(*args).get(timeout=self.connect_seconds)
+        return call(*args).get(timeout=timeout or self.connect_seconds)
 
     def _read(self) -> int | None:
-        if not self.client.connected:
+        if not self.client.connected or time.monotonic() < self._quiet_until:
             return None
         try:
-            stat = self._ask(self.client.exists_async, self.path)
+            stat = self._ask(self.client.exists_async, self.path, timeout=_READ_SECONDS)
             if stat is None:
                 self._create()
-                stat = self._ask(self.client.exists_async, self.path)
+                stat = self._ask(self.client.exists_async, self.path, timeout=_READ_SECONDS)
         except self._unreachable:
+            # a server that stalls without closing the connection: the next requests read the
+            # store directly for a while instead of each waiting on it
+            self._quiet_until = time.monotonic() + _QUIET_SECONDS
             return None
         if stat is None or not self.client.connected:
             return None
