@@ -17,6 +17,7 @@ from ams_app.service.usage import UsageCounters
 from ams_app.timeutil import zulu_seconds
 
 NS = 1_000_000_000
+_MIN_NS, _MAX_NS = -(2**63), 2**63 - 1  # what the stores can hold
 DAILY_DAYS = 30
 NEVER = "0001-01-01T00:00:00Z"
 _STARTED = (time.monotonic(), sum(os.times()[:2]))
@@ -276,6 +277,9 @@ class MetricsOps(ServiceBase):
         days = (end - start).days + 1
         start_ns = int(datetime(start.year, start.month, start.day, tzinfo=UTC).timestamp()) * NS
         end_ns = (int(datetime(end.year, end.month, end.day, tzinfo=UTC).timestamp()) + 86_399) * NS + NS - 1
+        # the stores keep times as signed 64-bit nanoseconds (1677-09-21 to 2262-04-11): a window
+        # reaching past them is clamped, as nothing was created out there
+        start_ns, end_ns = max(start_ns, _MIN_NS), min(end_ns, _MAX_NS)
         totals = self.usage.daily_totals(start.isoformat(), end.isoformat())
         rows: list[dict[str, Any]] = []
         sums = {"topics": 0, "subs": 0, "users": 0}

@@ -208,6 +208,29 @@ def test_va_metrics(api: Api, project: str, topic: str) -> None:
 
 
 @pytest.mark.parametrize(
+    "window",
+    [
+        {"start_date": "1279-06-21"},
+        {"end_date": "2262-04-11"},
+        {"start_date": "0001-01-01", "end_date": "9999-12-31"},
+    ],
+)
+def test_dates_past_what_the_stores_hold_are_clamped_on_every_report(
+    api: Api, project: str, topic: str, window: dict[str, str]
+) -> None:
+    """The stores keep times as 64-bit nanoseconds (1677-09-21 to 2262-04-11); a report over a wider
+    window counts what is inside them, on va_metrics as on usageReport (once a 500)."""
+    api.publish(project, topic, "a", "b")
+    params = {"projects": project, **window}
+    report = api.ok("GET", "/metrics/va_metrics", params=params)
+    (row,) = report["projects_metrics"]["projects"]
+    assert (row["project"], row["message_count"], row["topics_count"]) == (project, 2, 1)
+    admin = api.new_user(projects=[{"project": project, "roles": ["project_admin"]}])
+    usage = api.as_(admin["token"]).ok("GET", "/users/usageReport", params=params)
+    assert usage["va_metrics"]["projects_metrics"]["projects"] == [{**row, "users_count": 1}]
+
+
+@pytest.mark.parametrize(
     ("params", "code", "message"),
     [
         ({"start_date": "yesterday"}, 400, "Start date is not in valid format"),
