@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -58,15 +59,38 @@ class Malformed:
 MALFORMED = Malformed()
 
 
+#: A ``\uD800``-``\uDFFF`` escape, or such a code point encoded as UTF-8 bytes (which json.loads
+#: lets through): the body may hold a lone surrogate, which no UTF-8 text can carry.
+_SURROGATE_HINT = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+
+
+def _lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_lone_surrogate(k) or _lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_lone_surrogate(v) for v in value)
+    return False
+
+
 def body() -> Any:
-    """The request body as JSON; None when empty; MALFORMED when it does not parse."""
+    """The request body as JSON; None when empty; MALFORMED when it does not parse, or when a
+    string in it holds a lone surrogate (it could be neither stored nor echoed as UTF-8)."""
     raw = request.get_data(cache=True)
     if not raw.strip():
         return None
     try:
-        return json.loads(raw)
+        parsed = json.loads(raw)
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return MALFORMED
+    if _SURROGATE_HINT.search(raw) and _lone_surrogate(parsed):  # paired escapes (emoji) are fine
+        return MALFORMED
+    return parsed
 
 
 def ok(payload: Any) -> Response:

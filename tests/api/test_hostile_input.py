@@ -26,6 +26,13 @@ BODIES: list[bytes] = [
                 "pushConfig": {"type": 1, "retryPolicy": [], "authorizationHeader": "x"},
                 "authorized_users": [1], "ackIds": [None, 5]}).encode(),
 ]  # fmt: skip
+LONE = "\ud800"  # a lone surrogate: valid in a JSON escape, not in any UTF-8 text
+BODIES += [
+    json.dumps(dict.fromkeys(KEYS, LONE)).encode(),
+    json.dumps({LONE: 1, "projects": [{"project": LONE, "roles": [LONE]}], "authorized_users": [LONE]}).encode(),
+    json.dumps({"messages": [{"data": "aGk=", "attributes": {LONE: "v", "k": LONE}}]}).encode(),
+    b'{"description": "\xed\xa0\x80", "name": "\xed\xbf\xbf"}',  # surrogates as raw UTF-8-like bytes
+]
 _rng = random.Random(20261122)
 BODIES += [json.dumps({k: _rng.choice(WRONG) for k in _rng.sample(KEYS, 6)}).encode() for _ in range(12)]
 
@@ -84,3 +91,34 @@ def test_random_bytes_to_publish_and_pull(api: Api, project: str, topic: str, su
             r = api.post(path, raw=blob)
             assert r.status_code < 500, (path, blob, r.text)
     assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["max"] == 0
+
+
+@pytest.mark.parametrize(
+    "attributes",
+    [{LONE: "v"}, {"k": LONE}, {"k": "a" + LONE + "b"}, {"k": "\udfff"}],
+    ids=["key", "value", "inside", "low-half"],
+)
+def test_a_lone_surrogate_in_a_message_is_400_and_nothing_is_published(
+    api: Api, project: str, topic: str, sub: str, attributes: dict[str, str]
+) -> None:
+    body = json.dumps({"messages": [{"data": "aGk=", "attributes": attributes}]}).encode()
+    r = api.post(f"/projects/{project}/topics/{topic}:publish", raw=body)
+    assert r.status_code == 400, r.text  # once a 500 (UnicodeEncodeError while sizing the message)
+    error_of(r)
+    assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["max"] == 0
+
+
+def test_a_lone_surrogate_in_stored_text_is_400_and_a_paired_one_is_kept(api: Api, project: str) -> None:
+    for body in (
+        {"description": "x" + LONE},
+        {"description": "\ud83d"},  # the first half of an emoji alone
+    ):
+        r = api.put(f"/projects/{project}", raw=json.dumps(body).encode())
+        assert r.status_code == 400, r.text
+        error_of(r)
+    r = api.post("/users/" + "surrogate-user", raw=json.dumps({"email": LONE + "@example.org"}).encode())
+    assert r.status_code == 400, r.text
+    error_of(r)
+    emoji = "\U0001f600"  # sent as the escaped pair \ud83d\ude00, which is one valid character
+    api.ok("PUT", f"/projects/{project}", {"description": "smile " + emoji})
+    assert api.ok("GET", f"/projects/{project}")["description"] == "smile " + emoji
