@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import json
+from typing import Any
 
 import pytest
 
@@ -141,6 +143,20 @@ def test_limits_are_enforced(make_server) -> None:  # type: ignore[no-untyped-de
     r = api.post(path, raw=b'{"messages": [{"data": "' + b"QUFB" * 2000 + b'"}]}')
     assert error_of(r) == {"code": 413, "message": "Request body is too large", "status": "INVALID_ARGUMENT"}
     assert api.post(path, {"messages": [{"data": b64("x" * 100)}]}).status_code == 200
+
+    # the same bodies sent chunked (no Content-Length): over the limit is 413 too, not a cut body's
+    # 400; within it, the whole body arrives
+    def chunked(body: bytes) -> Any:
+        return (body[i : i + 1000] for i in range(0, len(body), 1000))  # requests sends it chunked
+
+    big = b'{"messages": [{"data": "' + b"QUFB" * 2000 + b'"}]}'
+    r = api.post(path, raw=chunked(big))  # type: ignore[arg-type]
+    assert r.request.headers.get("Transfer-Encoding") == "chunked"
+    assert error_of(r) == {"code": 413, "message": "Request body is too large", "status": "INVALID_ARGUMENT"}
+    small = json.dumps({"messages": [{"data": b64("y" * 90)}] * 3}).encode() + b" " * 3000  # 3,4xx bytes
+    r = api.post(path, raw=chunked(small))  # type: ignore[arg-type]
+    assert r.status_code == 200, r.text
+    assert len(r.json()["messageIds"]) == 3
     assert srv.proc.poll() is None
 
 
