@@ -15,7 +15,7 @@ How a response is checked:
   empty body. ``HEAD`` has no body to check.
 * Otherwise the response object is ``responses[status]`` or ``responses.default``. A
   response object without ``content`` allows only an empty body; one with content needs a
-  non-empty body (unless it says ``x-body-optional: true``) whose Content-Type is one of its
+  non-empty body whose Content-Type is one of its
   media types, and JSON media types are validated with jsonschema Draft 2020-12, ``$ref``
   resolved inside the whole document.
 """
@@ -148,8 +148,6 @@ class ResponseChecker:
         content: dict[str, Any] = response.get("content") or {}
         if not content:
             return None if not body else f"{where}: the document allows no body, got {len(body)} bytes"
-        if not body and response.get("x-body-optional"):
-            return None
         if not body:
             return f"{where}: the document requires a body ({', '.join(content)}), got none"
         media = content_type.split(";")[0].strip().lower()

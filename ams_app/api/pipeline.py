@@ -98,7 +98,10 @@ def ok(payload: Any) -> Response:
 
 
 def empty() -> Response:
-    return Response(b"", status=200, content_type=JSON_TYPE)
+    """200 with no body, and so no Content-Type (the document's ``Empty`` response)."""
+    response = Response(b"", status=200)
+    del response.headers["Content-Type"]
+    return response
 
 
 def flag(name: str) -> bool:

@@ -448,7 +448,8 @@ def subs_create(ctx: Ctx, project: str, subscription: str) -> Response:
 @add_route(bp, S, "subscriptions:delete", "DELETE")
 def subs_delete(ctx: Ctx, project: str, subscription: str) -> Response:
     message = ctx.svc.delete_subscription(ctx.proj, subscription)
-    return ok({"message": message}) if message else empty()
+    # always a JSON object, so that the document can say what comes (docs/compatibility.md)
+    return ok({"message": message} if message else {})
 
 
 @add_route(bp, S + ":pull", "subscriptions:pull", "POST")

@@ -347,7 +347,7 @@ def test_deleting_an_active_push_subscription_says_so(api: Api, project: str, to
     assert r.json() == {"message": f"Subscription /projects/{project}/subscriptions/{name} deactivated"}
     unverified, _ = push_sub(api, project, topic, {"type": "http_endpoint", "pushEndpoint": receiver.url()})
     r = api.delete(f"/projects/{project}/subscriptions/{unverified}")
-    assert (r.status_code, r.content) == (200, b"")
+    assert (r.status_code, r.json()) == (200, {})
     api.publish(project, topic, "nobody")
     time.sleep(1.0)
     assert receiver.accepted_messages() == []

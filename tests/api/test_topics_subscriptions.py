@@ -254,7 +254,9 @@ def test_push_subscription_is_pulled_only_by_push_workers_and_admins(api: Api, p
 def test_delete_subscription(api: Api, project: str, topic: str) -> None:
     sub = short(make_sub(api, project, topic))
     r = api.delete(f"/projects/{project}/subscriptions/{sub}")
-    assert (r.status_code, r.content) == (200, b"")
+    assert (r.status_code, r.headers["Content-Type"].split(";")[0], r.json()) == (200, "application/json", {})
+    r = api.delete(f"/projects/{project}/topics/{topic}")  # the others say nothing, and no type
+    assert (r.status_code, r.content, r.headers.get("Content-Type")) == (200, b"", None)
     r = api.get(f"/projects/{project}/subscriptions/{sub}")
     assert error_of(r) == {"code": 404, "message": "Subscription doesn't exist", "status": "NOT_FOUND"}
 
