@@ -78,6 +78,7 @@ PASSTHROUGH = frozenset(
 MAX_ENTRIES = 20_000
 _RETRY_SECONDS = 0.5
 _CONNECT_SECONDS = 10.0
+_RECONNECT_SECONDS = 2.0  # how long a change waits for a lost connection to come back
 _READ_SECONDS = 2.0  # a request waits this long at most for the generation
 _QUIET_SECONDS = 1.0  # after a read that timed out, requests do not ask for this long
 
@@ -102,15 +103,16 @@ class MetadataCache:
             handler=SequentialGeventHandler(),
             connection_retry={"max_tries": -1, "max_delay": 1.0},
         )
-        self.client.add_listener(self._state)
         self._unreachable = (KazooException, self.client.handler.timeout_exception)
         self._entries: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.connect_seconds = _CONNECT_SECONDS  # a change waits this long for a connection
         self._latest = 0  # the highest generation seen on this node
         self._quiet_until = 0.0
+        self._connected_once = False
         self._pending: gevent.Greenlet | None = None  # a move of the generation still to make
         self.hits = 0
         self.misses = 0
+        self.client.add_listener(self._state)
 
     # --- lifecycle -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -127,7 +129,9 @@ class MetadataCache:
     def _state(self, state: str) -> None:
         from kazoo.client import KazooState
 
-        if state != KazooState.CONNECTED:  # changes may go unannounced to this node meanwhile
+        if state == KazooState.CONNECTED:
+            self._connected_once = True
+        else:  # changes may go unannounced to this node meanwhile
             self._entries = {}
 
     # --- the generation ------------------------------------------------------------------------
@@ -164,8 +168,10 @@ class MetadataCache:
         """Write the znode; its new mzxid. Raises KazooException or the handler's timeout."""
         from kazoo.exceptions import ConnectionLoss, NoNodeError
 
+        # just started: wait for the first connection; reconnecting (a leader election): a moment
+        patience = self.connect_seconds if not self._connected_once else min(self.connect_seconds, _RECONNECT_SECONDS)
         waited = 0.0
-        while not self.client.connected and waited < self.connect_seconds:  # just started, or reconnecting
+        while not self.client.connected and waited < patience:
             gevent.sleep(0.05)
             waited += 0.05
         if not self.client.connected:
