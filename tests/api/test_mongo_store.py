@@ -84,3 +84,34 @@ def test_a_recreated_subscription_starts_a_fresh_cursor(store: MongoMetadataStor
     fresh = store.get_cursor("p", "s")
     assert fresh is not None
     assert (fresh.offset, fresh.version) == (2, 0)  # the late write went to the old cursor, read by nobody
+
+
+def test_a_quiet_cursor_keeps_only_its_last_two_versions(
+    store: MongoMetadataStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Versions a cursor's last writes left behind go once it has been quiet for the keep time
+    (shortened here); the clean-up during writes alone left them for ever on a drained
+    subscription, and FerretDB scanned them on every later commit."""
+    from ams_app.backends.mongo import store as module
+
+    monkeypatch.setattr(module, "_KEEP_SECONDS", 0.5)
+    monkeypatch.setattr(module, "_TIDY_EVERY_SECONDS", 0.2)
+    assert store.create_subscription(Subscription("p", "s", "t"), 0)
+    for offset in range(1, 41):  # 40 versions, one clean-up among them (every 32)
+        cursor = store.get_cursor("p", "s")
+        assert cursor is not None
+        assert store.swap_cursor("p", "s", dataclasses.replace(cursor, offset=offset))
+    key = cursor.store_key
+
+    def versions() -> list[int]:
+        return sorted(int(d["version"]) for d in store.db["cursors"].find({"cursor_id": key}, {"version": 1}))
+
+    assert len(versions()) > 2
+    deadline = time.monotonic() + 20
+    while versions() != [39, 40] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert versions() == [39, 40]
+    final = store.get_cursor("p", "s")
+    assert final is not None
+    assert (final.offset, final.version) == (40, 40)
+    assert store.tidy_cursor(key) == 0  # the last two always stay

@@ -16,6 +16,9 @@ Old versions are deleted, but only once they are ``_KEEP_SECONDS`` old, and a wr
 read is more than ``_STALE_SECONDS`` old does not write (it reads again). So the version a
 writer would collide with is always still there: a deleted version can never be written again
 by a late writer, which would otherwise "win" against a state it never saw and lose a lease.
+The clean-up runs every ``_GC_EVERY`` versions while a cursor is written to, and once more when
+it has been quiet for ``_KEEP_SECONDS`` (a background sweep), so that a drained subscription
+keeps two versions, not the hundreds its last seconds wrote.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable
@@ -32,7 +36,7 @@ from bson import ObjectId
 from bson.errors import InvalidId
 from pymongo import ASCENDING, DESCENDING, MongoClient
 from pymongo.collection import Collection
-from pymongo.errors import DuplicateKeyError, OperationFailure
+from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 from ams_app.backends.store import (
     DailyKey,
@@ -67,6 +71,7 @@ Doc = dict[str, Any]
 _STALE_SECONDS = 10.0
 _KEEP_SECONDS = 30.0
 _GC_EVERY = 32  # versions between two clean-ups of a cursor
+_TIDY_EVERY_SECONDS = 5.0  # how often quiet cursors are looked for
 
 _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
     "projects": [([("uuid", ASCENDING)], True), ([("name", ASCENDING)], True)],
@@ -144,6 +149,12 @@ class MongoMetadataStore:
         for name, indexes in _INDEXES.items():
             for keys, unique in indexes:
                 self.db[name].create_index(keys, unique=unique)
+        # cursors written to lately -> when to tidy them: the versions a cursor's last writes left
+        # behind go once it has been quiet for _KEEP_SECONDS (the every-_GC_EVERY clean-up only
+        # runs while it is written to, so a drained subscription kept them for ever)
+        self._untidy: dict[str, float] = {}
+        self._tidier: threading.Thread | None = None
+        self._closing = threading.Event()
 
     def _c(self, name: str) -> Collection[Doc]:
         return self.db[name]
@@ -152,7 +163,37 @@ class MongoMetadataStore:
         self.client.admin.command("ping")
 
     def close(self) -> None:
+        self._closing.set()
+        if self._tidier is not None:
+            self._tidier.join(timeout=5)
         self.client.close()
+
+    def _tidy_later(self, cursor_id: str) -> None:
+        self._untidy[cursor_id] = time.monotonic() + _KEEP_SECONDS + 1
+        if self._tidier is None:
+            self._tidier = threading.Thread(target=self._tidy_loop, name="ams-cursor-tidy", daemon=True)
+            self._tidier.start()
+
+    def _tidy_loop(self) -> None:
+        while not self._closing.wait(_TIDY_EVERY_SECONDS):
+            now = time.monotonic()
+            for cursor_id in [c for c, due in list(self._untidy.items()) if due <= now]:
+                self._untidy.pop(cursor_id, None)
+                try:
+                    self.tidy_cursor(cursor_id)
+                except PyMongoError:
+                    self._untidy.setdefault(cursor_id, now + _TIDY_EVERY_SECONDS)  # the server is away: later
+
+    def tidy_cursor(self, cursor_id: str) -> int:
+        """Delete a cursor's versions before its last two that are older than _KEEP_SECONDS; how many."""
+        latest = self._c("cursors").find_one({"cursor_id": cursor_id}, {"version": 1}, sort=[("version", DESCENDING)])
+        if latest is None:
+            return 0
+        aged = [{"at": {"$lt": time.time() - _KEEP_SECONDS}}, {"at": {"$exists": False}}]  # the first has none
+        done = self._c("cursors").delete_many(
+            {"cursor_id": cursor_id, "version": {"$lt": int(latest["version"]) - 1}, "$or": aged}
+        )
+        return int(done.deleted_count)
 
     @staticmethod
     def _insert(collection: Collection[Doc], doc: Doc) -> bool:
@@ -454,6 +495,7 @@ class MongoMetadataStore:
         doc = {"cursor_id": cursor.store_key, "version": version, "state": cursor_to_doc(cursor), "at": time.time()}
         if not self._insert(self._c("cursors"), doc):
             return False  # another writer made this version first
+        self._tidy_later(cursor.store_key)
         if version % _GC_EVERY == 0:  # history nobody reads any more
             self._c("cursors").delete_many(
                 {
