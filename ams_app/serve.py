@@ -7,6 +7,8 @@ from gevent import monkey
 monkey.patch_all()
 
 import contextlib  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
 import logging  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
@@ -31,25 +33,159 @@ log = logging.getLogger("ams")
 _SECRET_IN_URL = re.compile(r"(?<=[?&]key=)[^&\s]+|(?<=/users:byToken/)[^/?\s]+")
 
 
+def _raw_error(code: int, reason: str, message: str, status: str) -> bytes:
+    """A whole HTTP response in the AMS error envelope, for answers made outside the app."""
+    body = json.dumps({"error": {"code": code, "message": message, "status": status}}).encode()
+    head = (
+        f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+_HEAD_TOO_SLOW = _raw_error(408, "Request Timeout", "Request headers took too long", "REQUEST_TIMEOUT")
+_BODY_TOO_SLOW = _raw_error(408, "Request Timeout", "Request body took too long", "REQUEST_TIMEOUT")
+_BODY_TOO_LARGE = _raw_error(413, "Payload Too Large", "Request body is too large", "INVALID_ARGUMENT")
+_FULL = _raw_error(503, "Service Unavailable", "Too many connections", "UNAVAILABLE")
+#: Greenlets beyond max_connections, for connections that are only told 503 and closed.
+_HEADROOM = 64
+
+
+class _SlowClient(Exception):
+    """A request head that did not arrive within its deadline."""
+
+
+class _Unread:
+    """Stands for a request body that is not read: the connection closes instead."""
+
+    def _discard(self) -> None:
+        return None
+
+
 class Handler(WSGIHandler):  # type: ignore[misc]
     """Access log lines without tokens (``?key=`` and ``/users:byToken/``); once the server is
     stopping, each response closes its keep-alive connection (``Connection: close``), so a proxy
-    that reuses connections to this node stops sending on them after one more answer."""
+    that reuses connections to this node stops sending on them after one more answer.
+
+    Deadlines for the whole request, not per byte: from its first byte to the end of its headers
+    (``request_head_timeout``), then for its whole body (``request_body_timeout``); the body is
+    read before the app runs. Until then the connection is idle, and the server may close it to
+    make room (Server.handle)."""
+
+    _deadline: gevent.Timeout | None = None
+
+    def handle(self) -> None:
+        self.server.handlers[self] = None
+        try:
+            super().handle()
+        finally:
+            self._cancel_deadline()
+            self.server.handlers.pop(self, None)
+            self.server.busy.discard(self)
+            self.server.running.discard(self)
 
     def format_request(self) -> str:
         return _SECRET_IN_URL.sub("REDACTED", str(super().format_request()))
 
     def read_requestline(self) -> Any:
-        line = super().read_requestline()
-        if line:  # a request has begun: from here on this connection is not idle
+        # between requests the socket's timeout (client_timeout) bounds the wait for a first byte
+        if not self.rfile.peek(1):
+            return ""  # the client closed the connection
+        self._deadline = gevent.Timeout.start_new(self.server.head_timeout)
+        try:
+            line = super().read_requestline()
+        except gevent.Timeout as timeout:
+            if timeout is not self._deadline:
+                raise
+            self._deadline = None
+            self.log_error(
+                "request line not received within %ss (from %s)", self.server.head_timeout, self.client_address
+            )
+            return ""
+        if line:  # a request has begun: from here on this connection is not idle for drain()
             self.server.busy.add(self)
+        else:
+            self._cancel_deadline()
         return line
+
+    def read_request(self, raw_requestline: str) -> Any:
+        try:
+            return super().read_request(raw_requestline)
+        except gevent.Timeout as timeout:
+            if timeout is not self._deadline:
+                raise
+            raise _SlowClient(f"request headers not received within {self.server.head_timeout}s") from None
+        finally:
+            self._cancel_deadline()
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _handle_client_error(self, ex: Exception) -> Any:
+        if isinstance(ex, _SlowClient):
+            self.log_error("%s (from %s)", ex, self.client_address)
+            return ("408", _HEAD_TOO_SLOW)
+        return super()._handle_client_error(ex)
+
+    def _refuse(self, answer: bytes, why: str) -> None:
+        """Answer ``answer`` and close, without reading what is left of the body."""
+        self.log_error("%s (from %s)", why, self.client_address)
+        self.close_connection = True
+        self.wsgi_input = _Unread()
+        with contextlib.suppress(OSError):
+            self.socket.sendall(answer)
+
+    def _read_body(self) -> bool:
+        """Read the body within its deadline and hand it to the app with its length; False when
+        the request was answered here (too slow, too large)."""
+        env = self.environ
+        chunked = "chunked" in env.get("HTTP_TRANSFER_ENCODING", "").lower()
+        length = self.content_length
+        limit = self.server.max_body
+        if not chunked and not length:
+            return True
+        if not chunked and int(length) > limit:  # the app answers 413 without reading it
+            self.close_connection = True
+            self.wsgi_input = _Unread()
+            return True
+        wanted = limit + 1 if chunked else int(length)
+        source: Any = self.wsgi_input
+        parts: list[bytes] = []
+        got = 0
+        deadline = gevent.Timeout.start_new(self.server.body_timeout)
+        try:
+            while got < wanted:
+                part = source.read(wanted - got)
+                if not part:
+                    break
+                parts.append(part)
+                got += len(part)
+        except gevent.Timeout as timeout:
+            if timeout is not deadline:
+                raise
+            self._refuse(_BODY_TOO_SLOW, f"request body not received within {self.server.body_timeout}s")
+            return False
+        finally:
+            deadline.cancel()
+        if got > limit:
+            self._refuse(_BODY_TOO_LARGE, "chunked request body over max_request_bytes")
+            return False
+        env["wsgi.input"] = io.BytesIO(b"".join(parts))
+        env["CONTENT_LENGTH"] = str(got)
+        env.pop("HTTP_TRANSFER_ENCODING", None)
+        return True
 
     def handle_one_response(self) -> None:
         try:
+            if not self._read_body():
+                return
+            self.server.running.add(self)  # from here on it is never closed to make room
             super().handle_one_response()
         finally:
             self.server.busy.discard(self)
+            self.server.running.discard(self)
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
         if self.server.closed and not any(name.lower() == "connection" for name, _ in headers):
@@ -59,14 +195,24 @@ class Handler(WSGIHandler):  # type: ignore[misc]
 
 class Server(WSGIServer):  # type: ignore[misc]
     """WSGIServer with Nagle off (a response written in pieces would otherwise wait for the
-    client's delayed ACK, some 40 ms a request on keep-alive) and an idle timeout per
-    connection (a silent or trickling client cannot hold a greenlet for ever)."""
+    client's delayed ACK, some 40 ms a request on keep-alive), an idle timeout per connection,
+    and a connection limit that never queues: at ``max_connections`` a new connection closes
+    the oldest idle one (no request being served), or, when every one is busy, is answered 503
+    at once (docs/configuration.md)."""
 
     client_timeout: float = 60.0
+    head_timeout: float = 10.0
+    body_timeout: float = 60.0
+    max_body: int = 10 * 1024 * 1024
+    max_connections: int = 1000
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.busy: set[Handler] = set()  # handlers between a request line and their response
+        self.running: set[Handler] = set()  # of those, the ones whose request is whole
+        self.handlers: dict[Handler, None] = {}  # every open connection, oldest first
+        self.evicted = 0
+        self.refused = 0
 
     def drain(self, timeout: float, idle_seconds: float) -> None:
         """Stop accepting; let requests in progress finish within ``timeout``; keep idle keep-alive
@@ -81,7 +227,28 @@ class Server(WSGIServer):  # type: ignore[misc]
         if self.pool is not None:
             self.pool.kill(block=True, timeout=1)
 
+    def _make_room(self) -> bool:
+        """Close the oldest connection that serves no request; False when all of them do."""
+        for handler in self.handlers:
+            if handler not in self.running:
+                del self.handlers[handler]
+                sock = getattr(handler, "socket", None)
+                if sock is not None:
+                    with contextlib.suppress(OSError):
+                        sock.shutdown(socket.SHUT_RDWR)  # its greenlet sees the end and goes
+                self.evicted += 1
+                return True
+        return False
+
     def handle(self, sock: socket.socket, address: Any) -> None:
+        if len(self.handlers) >= self.max_connections and not self._make_room():
+            self.refused += 1
+            with contextlib.suppress(OSError):
+                sock.settimeout(2.0)
+                sock.sendall(_FULL)
+            with contextlib.suppress(OSError):
+                sock.close()
+            return
         with contextlib.suppress(OSError):  # not a TCP socket
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.client_timeout)
@@ -102,17 +269,23 @@ def serve(settings: Settings) -> int:
     service: AmsService = app.extensions["ams"]
     tls: dict[str, Any] = {}
     if settings.tls_cert and settings.tls_key:
-        tls = {"certfile": settings.tls_cert, "keyfile": settings.tls_key}
+        # the handshake on the first read, inside the handler: a client that never sends its hello
+        # is then an idle connection like any other, under client_timeout and the connection limit
+        tls = {"certfile": settings.tls_cert, "keyfile": settings.tls_key, "do_handshake_on_connect": False}
     server = Server(
         (settings.host, settings.port),
         app,
-        spawn=Pool(settings.max_connections),
+        spawn=Pool(settings.max_connections + _HEADROOM),
         handler_class=Handler,
         log=logging.getLogger("ams.access"),
         error_log=logging.getLogger("ams.error"),
         **tls,
     )
     server.client_timeout = settings.client_timeout
+    server.head_timeout = settings.request_head_timeout
+    server.body_timeout = settings.request_body_timeout
+    server.max_body = settings.max_request_bytes
+    server.max_connections = settings.max_connections
     # serve_forever() stops the server a second time when stop() wakes it, with this timeout: at
     # gevent's default (1 s) it killed requests still in flight (a 500) and idle keep-alive
     # connections a proxy was about to reuse; drain() below has done the waiting by then

@@ -26,10 +26,16 @@ class Settings:
     #: PEM certificate and key: when both are set the service speaks HTTPS itself.
     tls_cert: str | None = None
     tls_key: str | None = None
-    #: Greenlets serving requests at once (each long-poll pull holds one).
+    #: Client connections held at once (each long-poll pull holds one). At the limit, a new
+    #: connection closes the oldest idle one (no request under way); when every one is busy it
+    #: gets 503 at once.
     max_connections: int = 1000
     #: Seconds a connection may stay silent (idle keep-alive, or a request trickling in).
     client_timeout: float = 60.0
+    #: Seconds from a request's first byte to the end of its headers, however they trickle in.
+    request_head_timeout: float = 10.0
+    #: Seconds to receive a request's whole body, however it trickles in.
+    request_body_timeout: float = 60.0
     #: Seconds that in-flight requests get to finish after SIGTERM.
     shutdown_timeout: float = 15.0
     #: Seconds an idle keep-alive connection stays open after SIGTERM (at most shutdown_timeout), so
@@ -174,8 +180,9 @@ class Settings:
             raise SettingsError("prometheus_access must be token, open or off")
         if self.metrics_flush_seconds <= 0:
             raise SettingsError("metrics_flush_seconds must be positive")
-        if self.client_timeout <= 0:
-            raise SettingsError("client_timeout must be positive")
+        for name in ("client_timeout", "request_head_timeout", "request_body_timeout"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be positive")
         if self.shutdown_idle_seconds < 0:
             raise SettingsError("shutdown_idle_seconds must not be negative")
         if self.pull_wait_seconds < 0:
