@@ -242,6 +242,9 @@ def render_node_settings(settings: Mapping[str, object]) -> str:
     return header + yaml.safe_dump(dict(settings), sort_keys=False, default_flow_style=False)
 
 
+#: The paths haproxy routes by a hash of the subscription's path, as the haproxy role's template does
+#: (tests/unit/test_services_tool.py checks that both say the same).
+SUBSCRIPTION_CURSOR_PATH = r"^/v1/projects/[^/]+/subscriptions/[^/:]+:(pull|acknowledge|offsets|modifyOffset)$"
 #: Answers haproxy gives itself, in the AMS error envelope (every error is JSON, the balancer's too).
 PROXY_ERRORS = {
     502: ("Bad Gateway", "BAD_GATEWAY"),
@@ -266,10 +269,13 @@ def render_haproxy_cfg(
     stats_socket: Path,
     pid_file: Path,
 ) -> str:
-    """HTTPS on loopback in front of the nodes, round robin, with health checks and retries."""
+    """HTTPS on loopback in front of the nodes, round robin (a subscription's pull, acknowledge,
+    offsets and modifyOffset by a hash of its path), with health checks and retries."""
     if not nodes:
         raise ValueError("haproxy needs at least one node")
     servers = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port in nodes)
+    # a subscription's cursor routes by a consistent hash of its path, as the haproxy role does
+    tracking = "\n".join(f"    server {name} {HOST}:{port} track ams_nodes/{name}" for name, port in nodes)
     return f"""# Written by tools/services.py (cluster-up). Validate with: haproxy -c -f THIS_FILE
 global
     maxconn 4096
@@ -297,6 +303,8 @@ frontend ams_https
     bind {HOST}:{bind_port} ssl crt {pem}
     option forwardfor
     http-request set-header X-Forwarded-Proto https
+    acl ams_subscription_cursor path_reg {SUBSCRIPTION_CURSOR_PATH}
+    use_backend ams_nodes_by_subscription if ams_subscription_cursor
     default_backend ams_nodes
 
 backend ams_nodes
@@ -304,6 +312,11 @@ backend ams_nodes
     option httpchk GET /v1/status
     http-check expect status 200
 {servers}
+
+backend ams_nodes_by_subscription
+    balance hash path,field(1,:)
+    hash-type consistent
+{tracking}
 """
 
 

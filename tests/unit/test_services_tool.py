@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import load_services_tool
+from tests.helpers import ROOT, load_services_tool
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -144,7 +144,17 @@ def test_haproxy_cfg_content(tmp_path: Path) -> None:
         assert set(body["error"]) == {"code", "message", "status"}
         assert 'content-type "application/json; charset=utf-8"' in line
     servers = [line for line in lines if line.startswith("server ")]
-    assert servers == [f"server node{n} 127.0.0.1:{18080 + n} check inter 1s fall 2 rise 1" for n in (1, 2, 3)]
+    assert servers == [f"server node{n} 127.0.0.1:{18080 + n} check inter 1s fall 2 rise 1" for n in (1, 2, 3)] + [
+        f"server node{n} 127.0.0.1:{18080 + n} track ams_nodes/node{n}" for n in (1, 2, 3)
+    ]
+    # a subscription's cursor routes go by a hash of its path, as in the haproxy role's template
+    assert f"acl ams_subscription_cursor path_reg {svc.SUBSCRIPTION_CURSOR_PATH}" in lines
+    template = (ROOT / "roles" / "haproxy" / "templates" / "haproxy.cfg.j2").read_text()
+    assert f"acl ams_subscription_cursor path_reg {svc.SUBSCRIPTION_CURSOR_PATH}\n" in template
+    assert "balance hash path,field(1,:)\n    hash-type consistent\n" in template
+    assert "use_backend ams_nodes_by_subscription if ams_subscription_cursor" in lines
+    assert "balance hash path,field(1,:)" in lines
+    assert "hash-type consistent" in lines
     with pytest.raises(ValueError, match="at least one node"):
         svc.render_haproxy_cfg([], bind_port=8443, pem=tmp_path, stats_socket=tmp_path, pid_file=tmp_path)
 

@@ -33,6 +33,7 @@ STATS = f"http://127.0.0.1:{VARS['haproxy_stats_port']}/"
 AMS_PORT = VARS["ams_bind_port"]
 TOKEN = VARS["ams_service_token"]
 BACKEND = "ams_nodes"
+BY_SUBSCRIPTION = "ams_nodes_by_subscription"
 SERVER = VARS["haproxy_backend_servers"][0]["name"]
 SOCKET = "/run/haproxy/admin.sock"
 CONFIG = "/etc/haproxy/haproxy.cfg"
@@ -55,11 +56,11 @@ def pull(project: str, sub: str, *, immediately: bool) -> requests.Response:
     return api("POST", f"/v1/projects/{project}/subscriptions/{sub}:pull", body)
 
 
-def server_stat(host) -> dict[str, str]:
+def server_stat(host, backend: str = BACKEND) -> dict[str, str]:
     """Our server's row of `show stat` on the admin socket, read inside the container."""
     out = host.check_output(f"echo 'show stat' | socat -t 5 stdio UNIX-CONNECT:{SOCKET}")
     rows = csv.DictReader(io.StringIO(out.lstrip("# ")))
-    return next(r for r in rows if r["pxname"] == BACKEND and r["svname"] == SERVER)
+    return next(r for r in rows if r["pxname"] == backend and r["svname"] == SERVER)
 
 
 def wait_for_status(host, wanted: str, timeout: float = 30) -> dict[str, str]:
@@ -223,22 +224,24 @@ def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
     body = {"topic": f"projects/{project}/topics/{topic}"}
     assert api("PUT", f"/v1/projects/{project}/subscriptions/{sub}", body).status_code == 200
 
-    # a long-poll pull on an empty subscription holds a session on the node (10 s by default)
+    # a long-poll pull on an empty subscription holds a session on the node (10 s by default), in
+    # the backend that routes a subscription's pulls by its path (haproxy_route_by_subscription)
     pulled: list[requests.Response] = []
     poll = threading.Thread(target=lambda: pulled.append(pull(project, sub, immediately=False)))
     poll.start()
     deadline = time.monotonic() + 5
-    while int(server_stat(host)["scur"]) == 0 and time.monotonic() < deadline:
+    while int(server_stat(host, BY_SUBSCRIPTION)["scur"]) == 0 and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert int(server_stat(host)["scur"]) >= 1, "the long-poll pull holds no session on the node"
+    assert int(server_stat(host, BY_SUBSCRIPTION)["scur"]) >= 1, "the long-poll pull holds no session on the node"
 
     set_server_state("drain")
     # drain returned only once the session had ended: the pull was answered, not cut
     assert not poll.is_alive()
     poll.join()
     assert pulled[0].status_code == 200, pulled[0].text
-    row = server_stat(host)
-    assert (row["status"], row["scur"]) == ("DRAIN", "0"), row
+    for backend in (BACKEND, BY_SUBSCRIPTION):  # the tracking server took the drain with it
+        row = server_stat(host, backend)
+        assert (row["status"], row["scur"]) == ("DRAIN", "0"), row
 
     # the only node is drained: haproxy answers new requests itself, in the AMS error envelope
     refused = requests.get(f"{FRONTEND}/v1/status", verify=str(CA_FILE), timeout=10)
