@@ -215,6 +215,9 @@ def test_backend_server_is_up_on_the_stats_socket(host):
     row = wait_for_status(host, "UP")
     assert row["status"] == "UP", row
     assert row["check_status"] == "L7OK", row
+    # the node never gets more than haproxy_server_maxconn connections per backend (default 400)
+    assert row["slim"] == str(VARS.get("haproxy_server_maxconn", 400)), row
+    assert server_stat(host, BY_SUBSCRIPTION)["slim"] == row["slim"]
 
 
 def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
