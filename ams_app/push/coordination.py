@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from ams_app.settings import Settings
+from ams_app.zookeeper import zookeeper_client
 
 log = logging.getLogger("ams.push")
 Claim = dict[str, Any]  # {"worker": id, "failures": n, "error": "..."}
@@ -125,19 +126,11 @@ class ZkCoordinator:
     def __init__(
         self, settings: Settings, *, register: bool = True, on_change: Callable[[], None] | None = None
     ) -> None:
-        from kazoo.client import KazooClient
-        from kazoo.handlers.gevent import SequentialGeventHandler
-
         self.worker_id = new_worker_id(settings)
         self.root = settings.push_root
         self.register = register
         self.on_change: Callable[[], None] = on_change or (lambda: None)
-        self.client = KazooClient(
-            hosts=settings.zookeeper_hosts,
-            timeout=settings.push_session_seconds,
-            handler=SequentialGeventHandler(),
-            connection_retry={"max_tries": -1, "max_delay": 2.0},
-        )
+        self.client = zookeeper_client(settings.zookeeper_hosts, settings.push_session_seconds, max_delay=2.0)
         self.client.add_listener(self._state)
         self._versions: dict[str, int] = {}  # key -> znode version of our claim
         self._suspended = True

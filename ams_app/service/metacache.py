@@ -35,6 +35,7 @@ import gevent
 
 from ams_app.errors import AmsError
 from ams_app.settings import Settings
+from ams_app.zookeeper import zookeeper_client
 
 log = logging.getLogger(__name__)
 
@@ -91,18 +92,11 @@ class MetadataCache:
     """Wraps a MetadataStore: the same methods, the four lookups cached (see the module's doc)."""
 
     def __init__(self, settings: Settings, store: Any, client: Any = None) -> None:
-        from kazoo.client import KazooClient
         from kazoo.exceptions import KazooException
-        from kazoo.handlers.gevent import SequentialGeventHandler
 
         self.inner = store
         self.path = f"/ams-metadata/{settings.mongo_database}"
-        self.client = client or KazooClient(
-            hosts=settings.zookeeper_hosts,
-            timeout=10.0,
-            handler=SequentialGeventHandler(),
-            connection_retry={"max_tries": -1, "max_delay": 1.0},
-        )
+        self.client = client or zookeeper_client(settings.zookeeper_hosts, 10.0, max_delay=1.0)
         self._unreachable = (KazooException, self.client.handler.timeout_exception)
         self._entries: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.connect_seconds = _CONNECT_SECONDS  # a change waits this long for a connection

@@ -37,6 +37,7 @@ from gevent.lock import Semaphore
 from ams_app.errors import AmsError
 from ams_app.models import Cursor
 from ams_app.settings import Settings
+from ams_app.zookeeper import zookeeper_client
 
 log = logging.getLogger("ams.owner")
 R = TypeVar("R")
@@ -79,20 +80,12 @@ class Owners:
     """The subscriptions this node owns, their claims in ZooKeeper and their cursors."""
 
     def __init__(self, settings: Settings, store: Any, client: Any = None) -> None:
-        from kazoo.client import KazooClient
-        from kazoo.handlers.gevent import SequentialGeventHandler
-
         self.settings = settings
         self.store = store
         self.url = settings.node_url
         self.root = settings.consume_root
         self.session_seconds = settings.consume_session_seconds
-        self.client = client or KazooClient(
-            hosts=settings.zookeeper_hosts,
-            timeout=self.session_seconds,
-            handler=SequentialGeventHandler(),
-            connection_retry={"max_tries": -1, "max_delay": 1.0},
-        )
+        self.client = client or zookeeper_client(settings.zookeeper_hosts, self.session_seconds, max_delay=1.0)
         self.client.add_listener(self._state)
         self._held: dict[str, Held] = {}
         self._claiming: dict[str, Semaphore] = {}

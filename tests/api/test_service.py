@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -125,6 +126,30 @@ def test_admin_verbs(make_server: Any, tmp_path: Path) -> None:
     alice = admin.ok("GET", "/users/alice")
     assert alice["token"] == shown.stdout.strip()
     assert alice["projects"][0]["roles"] == ["publisher", "consumer"]
+
+
+def test_admin_verbs_on_backend_kafka_reach_a_running_node_at_once(make_server: Any, tmp_path: Path) -> None:
+    """``ams admin`` is a plain process (no gevent patching) with the ZooKeeper clients of backend
+    kafka: the metadata cache and the subscription owners. It once failed to start at all (kazoo
+    refused a gevent handler there), so the appliance's metrics timer wrote nothing. Its changes
+    reach a running node's metadata cache for the node's next request, a cached "no such
+    project" included."""
+    srv = make_server(tmp_path / "data", backend="kafka", ams_consume_owner="true")
+    admin = srv.api(srv.token)
+    assert admin.get("/projects/FROMCLI").status_code == 404  # now cached as missing on the node
+    env = {**os.environ, **srv.env, "AMS_SERVICE_TOKEN": srv.token}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "ams_app", *args]
+        return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    made = cli("admin", "create-project", "FROMCLI", "--description", "made by ams admin")
+    assert made.returncode == 0, made.stderr
+    assert admin.ok("GET", "/projects/FROMCLI")["description"] == "made by ams admin"
+    out = tmp_path / "ams.prom"
+    written = cli("admin", "metrics", "--output", str(out))
+    assert written.returncode == 0, written.stderr
+    assert "# TYPE ams_topic_messages_total counter" in out.read_text()
 
 
 def test_tokens_stay_out_of_the_access_log(make_server: Any) -> None:
