@@ -55,11 +55,29 @@ class _SlowClient(Exception):
     """A request head that did not arrive within its deadline."""
 
 
+#: A refused body's rest is read and dropped for at most this long, then the connection closes.
+_LINGER_SECONDS = 5.0
+
+
 class _Unread:
-    """Stands for a request body that is not read: the connection closes instead."""
+    """Stands for what is left of a refused request body, read (up to ``budget`` bytes, for at
+    most _LINGER_SECONDS) and dropped after the answer, so that a client still sending it gets to
+    read the answer; then the connection closes. A budget of 0 reads nothing."""
+
+    def __init__(self, rfile: Any = None, budget: int = 0) -> None:
+        self.rfile = rfile
+        self.budget = budget
 
     def _discard(self) -> None:
-        return None
+        left = self.budget
+        if self.rfile is None or left <= 0:
+            return
+        with gevent.Timeout(_LINGER_SECONDS, False), contextlib.suppress(OSError, ValueError):
+            while left > 0:
+                data = self.rfile.read1(min(65536, left))
+                if not data:
+                    return
+                left -= len(data)
 
 
 class Handler(WSGIHandler):  # type: ignore[misc]
@@ -129,13 +147,14 @@ class Handler(WSGIHandler):  # type: ignore[misc]
             return ("408", _HEAD_TOO_SLOW)
         return super()._handle_client_error(ex)
 
-    def _refuse(self, answer: bytes, why: str) -> None:
-        """Answer ``answer`` and close, without reading what is left of the body."""
+    def _refuse(self, answer: bytes, why: str, linger: bool) -> None:
+        """Answer ``answer`` and close; with ``linger``, after reading a bounded rest of the body."""
         self.log_error("%s (from %s)", why, self.client_address)
         self.close_connection = True
-        self.wsgi_input = _Unread()
         with contextlib.suppress(OSError):
             self.socket.sendall(answer)
+        _Unread(self.rfile, self.server.max_body if linger else 0)._discard()
+        self.wsgi_input = _Unread()
 
     def _read_body(self) -> bool:
         """Read the body within its deadline and hand it to the app with its length; False when
@@ -148,7 +167,7 @@ class Handler(WSGIHandler):  # type: ignore[misc]
             return True
         if not chunked and int(length) > limit:  # the app answers 413 without reading it
             self.close_connection = True
-            self.wsgi_input = _Unread()
+            self.wsgi_input = _Unread(self.rfile, min(int(length), limit))
             return True
         wanted = limit + 1 if chunked else int(length)
         source: Any = self.wsgi_input
@@ -165,12 +184,12 @@ class Handler(WSGIHandler):  # type: ignore[misc]
         except gevent.Timeout as timeout:
             if timeout is not deadline:
                 raise
-            self._refuse(_BODY_TOO_SLOW, f"request body not received within {self.server.body_timeout}s")
+            self._refuse(_BODY_TOO_SLOW, f"request body not received within {self.server.body_timeout}s", False)
             return False
         finally:
             deadline.cancel()
         if got > limit:
-            self._refuse(_BODY_TOO_LARGE, "chunked request body over max_request_bytes")
+            self._refuse(_BODY_TOO_LARGE, "chunked request body over max_request_bytes", True)
             return False
         env["wsgi.input"] = io.BytesIO(b"".join(parts))
         env["CONTENT_LENGTH"] = str(got)
@@ -188,8 +207,11 @@ class Handler(WSGIHandler):  # type: ignore[misc]
             self.server.running.discard(self)
 
     def start_response(self, status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
-        if self.server.closed and not any(name.lower() == "connection" for name, _ in headers):
-            headers = [*headers, ("Connection", "close")]  # pywsgi then closes after this response
+        # stopping, or a refused body left unread: say so (pywsgi closes then, but on HTTP/1.1 it
+        # does not tell the client, which would send its next request on the closed connection)
+        closing = self.server.closed or self.close_connection
+        if closing and not any(name.lower() == "connection" for name, _ in headers):
+            headers = [*headers, ("Connection", "close")]
         return super().start_response(status, headers, exc_info)
 
 
