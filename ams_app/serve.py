@@ -15,6 +15,7 @@ import signal  # noqa: E402
 import socket  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
+from http import HTTPStatus  # noqa: E402
 from typing import Any  # noqa: E402
 
 import gevent  # noqa: E402
@@ -23,6 +24,7 @@ from gevent.pool import Pool  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 
 from ams_app import create_app  # noqa: E402
+from ams_app.errors import AmsError  # noqa: E402
 from ams_app.push.worker import start_push  # noqa: E402
 from ams_app.service.core import AmsService  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
@@ -33,20 +35,21 @@ log = logging.getLogger("ams")
 _SECRET_IN_URL = re.compile(r"(?<=[?&]key=)[^&\s]+|(?<=/users:byToken/)[^/?\s]+")
 
 
-def _raw_error(code: int, reason: str, message: str, status: str) -> bytes:
+def _raw_error(error: AmsError) -> bytes:
     """A whole HTTP response in the AMS error envelope, for answers made outside the app."""
-    body = json.dumps({"error": {"code": code, "message": message, "status": status}}).encode()
+    body = json.dumps(error.envelope()).encode()
     head = (
-        f"HTTP/1.1 {code} {reason}\r\nContent-Type: application/json; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        f"HTTP/1.1 {error.code} {HTTPStatus(error.code).phrase}\r\n"
+        f"Content-Type: application/json; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+        "Connection: close\r\n\r\n"
     )
     return head.encode() + body
 
 
-_HEAD_TOO_SLOW = _raw_error(408, "Request Timeout", "Request headers took too long", "REQUEST_TIMEOUT")
-_BODY_TOO_SLOW = _raw_error(408, "Request Timeout", "Request body took too long", "REQUEST_TIMEOUT")
-_BODY_TOO_LARGE = _raw_error(413, "Payload Too Large", "Request body is too large", "INVALID_ARGUMENT")
-_FULL = _raw_error(503, "Service Unavailable", "Too many connections", "UNAVAILABLE")
+_HEAD_TOO_SLOW = _raw_error(AmsError(408, "Request headers took too long", "REQUEST_TIMEOUT"))
+_BODY_TOO_SLOW = _raw_error(AmsError(408, "Request body took too long", "REQUEST_TIMEOUT"))
+_BODY_TOO_LARGE = _raw_error(AmsError.too_large("Request body is too large"))
+_FULL = _raw_error(AmsError.unavailable("Too many connections"))
 #: Greenlets beyond max_connections, for connections that are only told 503 and closed.
 _HEADROOM = 64
 
@@ -161,15 +164,15 @@ class Handler(WSGIHandler):  # type: ignore[misc]
         the request was answered here (too slow, too large)."""
         env = self.environ
         chunked = "chunked" in env.get("HTTP_TRANSFER_ENCODING", "").lower()
-        length = self.content_length
+        length: int = self.content_length or 0  # pywsgi parsed it (an int, or None)
         limit = self.server.max_body
         if not chunked and not length:
             return True
-        if not chunked and int(length) > limit:  # the app answers 413 without reading it
+        if not chunked and length > limit:  # the app answers 413 without reading it
             self.close_connection = True
-            self.wsgi_input = _Unread(self.rfile, min(int(length), limit))
+            self.wsgi_input = _Unread(self.rfile, limit)
             return True
-        wanted = limit + 1 if chunked else int(length)
+        wanted = limit + 1 if chunked else length
         source: Any = self.wsgi_input
         parts: list[bytes] = []
         got = 0
@@ -233,8 +236,6 @@ class Server(WSGIServer):  # type: ignore[misc]
         self.busy: set[Handler] = set()  # handlers between a request line and their response
         self.running: set[Handler] = set()  # of those, the ones whose request is whole
         self.handlers: dict[Handler, None] = {}  # every open connection, oldest first
-        self.evicted = 0
-        self.refused = 0
 
     def drain(self, timeout: float, idle_seconds: float) -> None:
         """Stop accepting; let requests in progress finish within ``timeout``; keep idle keep-alive
@@ -258,13 +259,11 @@ class Server(WSGIServer):  # type: ignore[misc]
                 if sock is not None:
                     with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_RDWR)  # its greenlet sees the end and goes
-                self.evicted += 1
                 return True
         return False
 
     def handle(self, sock: socket.socket, address: Any) -> None:
         if len(self.handlers) >= self.max_connections and not self._make_room():
-            self.refused += 1
             with contextlib.suppress(OSError):
                 sock.settimeout(2.0)
                 sock.sendall(_FULL)

@@ -104,8 +104,6 @@ class MetadataCache:
         self._quiet_until = 0.0
         self._connected_once = False
         self._pending: gevent.Greenlet | None = None  # a move of the generation still to make
-        self.hits = 0
-        self.misses = 0
         self.client.add_listener(self._state)
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -241,9 +239,7 @@ class MetadataCache:
             key = (name, args, tuple(sorted(kwargs.items())))
             entry = self._entries.get(key)
             if entry is not None and entry[0] >= seen[0]:
-                self.hits += 1
                 return copy.deepcopy(entry[1])  # callers change what they get before writing it
-            self.misses += 1
             read_at = seen[0]
             value = fn(*args, **kwargs)
             current = self._entries.get(key)
