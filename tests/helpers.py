@@ -308,3 +308,21 @@ def drop_database(database: str) -> None:
             client.drop_database(database)
         finally:
             client.close()
+
+
+class ClusterNode:
+    """One node of a test cluster (tools/services.py), spoken to directly over plain HTTP."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url.rstrip("/") + "/v1"
+        self.session = requests.Session()
+        self.session.headers["x-api-key"] = token
+
+    def request(self, method: str, path: str, body: Any = None, token: str | None = None) -> requests.Response:
+        headers = {"x-api-key": token} if token else None
+        return self.session.request(method, self.url + path, json=body, timeout=60, headers=headers)
+
+    def ok(self, method: str, path: str, body: Any = None) -> Any:
+        r = self.request(method, path, body)
+        assert r.status_code == 200, (method, path, r.status_code, r.text)
+        return r.json() if r.content else None

@@ -23,28 +23,13 @@ import pytest
 import requests
 
 from tests.conftest import require_backend
-from tests.helpers import b64, drop_database, load_services_tool, service_settings, unique
+from tests.helpers import ClusterNode, b64, drop_database, load_services_tool, service_settings, unique
 
 pytestmark = pytest.mark.slow
 
 NODES = 3
 SESSION_SECONDS = 4.0
 services = load_services_tool()
-
-
-class Node:
-    def __init__(self, url: str, token: str) -> None:
-        self.url = url.rstrip("/") + "/v1"
-        self.session = requests.Session()
-        self.session.headers["x-api-key"] = token
-
-    def request(self, method: str, path: str, body: Any = None) -> requests.Response:
-        return self.session.request(method, self.url + path, json=body, timeout=60)
-
-    def ok(self, method: str, path: str, body: Any = None) -> Any:
-        r = self.request(method, path, body)
-        assert r.status_code == 200, (method, path, r.status_code, r.text)
-        return r.json() if r.content else None
 
 
 @pytest.fixture(scope="module")
@@ -62,12 +47,12 @@ def cluster() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def nodes(cluster: Any) -> list[Node]:
-    return [Node(node.url, cluster.token) for node in cluster.nodes]
+def nodes(cluster: Any) -> list[ClusterNode]:
+    return [ClusterNode(node.url, cluster.token) for node in cluster.nodes]
 
 
 @pytest.fixture(scope="module")
-def project(nodes: list[Node]) -> str:
+def project(nodes: list[ClusterNode]) -> str:
     name = unique("owner")
     nodes[0].ok("POST", f"/projects/{name}", {"description": "consume_owner"})
     return name
@@ -84,7 +69,7 @@ def zk(cluster: Any) -> Iterator[Any]:
     client.close()
 
 
-def make_subscription(nodes: list[Node], project: str, count: int, deadline: int = 600) -> tuple[str, list[str]]:
+def make_subscription(nodes: list[ClusterNode], project: str, count: int, deadline: int = 600) -> tuple[str, list[str]]:
     topic, sub = unique("t"), unique("s")
     nodes[0].ok("PUT", f"/projects/{project}/topics/{topic}")
     nodes[1].ok(
@@ -104,13 +89,13 @@ def _received(body: Any) -> tuple[list[str], list[str]]:
     return [r["ackId"] for r in received], [base64.b64decode(r["message"]["data"]).decode() for r in received]
 
 
-def pull(node: Node, project: str, sub: str, count: int) -> tuple[list[str], list[str]]:
+def pull(node: ClusterNode, project: str, sub: str, count: int) -> tuple[list[str], list[str]]:
     """(ackIds, payloads) of one pull that returns at once."""
     path = f"/projects/{project}/subscriptions/{sub}:pull"
     return _received(node.ok("POST", path, {"maxMessages": count, "returnImmediately": True}))
 
 
-def pull_when_ready(node: Node, project: str, sub: str, count: int, timeout: float = 30) -> list[str]:
+def pull_when_ready(node: ClusterNode, project: str, sub: str, count: int, timeout: float = 30) -> list[str]:
     """The payloads of the first pull that is not 503 (ownership moving), within ``timeout``."""
     path = f"/projects/{project}/subscriptions/{sub}:pull"
     deadline = time.monotonic() + timeout
@@ -122,7 +107,7 @@ def pull_when_ready(node: Node, project: str, sub: str, count: int, timeout: flo
         time.sleep(0.3)
 
 
-def ack(node: Node, project: str, sub: str, ack_id: str) -> requests.Response:
+def ack(node: ClusterNode, project: str, sub: str, ack_id: str) -> requests.Response:
     return node.request("POST", f"/projects/{project}/subscriptions/{sub}:acknowledge", {"ackIds": [ack_id]})
 
 

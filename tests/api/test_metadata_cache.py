@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import requests
 
 from ams_app.backends.mongo.store import MongoMetadataStore
 from ams_app.errors import AmsError
@@ -22,7 +21,7 @@ from ams_app.service import metacache
 from ams_app.service.metacache import MetadataCache
 from ams_app.settings import Settings
 from tests.conftest import require_backend
-from tests.helpers import b64, drop_database, load_services_tool, service_settings, unique
+from tests.helpers import ClusterNode, b64, drop_database, load_services_tool, service_settings, unique
 
 services = load_services_tool()
 
@@ -178,29 +177,13 @@ def test_every_method_named_in_the_lists_is_a_store_method() -> None:
 
 
 # --- two nodes over HTTP -------------------------------------------------------------------------
-class Node:
-    def __init__(self, url: str, token: str) -> None:
-        self.url = url.rstrip("/") + "/v1"
-        self.session = requests.Session()
-        self.session.headers["x-api-key"] = token
-
-    def request(self, method: str, path: str, body: Any = None, token: str | None = None) -> requests.Response:
-        headers = {"x-api-key": token} if token else None
-        return self.session.request(method, self.url + path, json=body, timeout=30, headers=headers)
-
-    def ok(self, method: str, path: str, body: Any = None) -> Any:
-        r = self.request(method, path, body)
-        assert r.status_code == 200, (method, path, r.status_code, r.text)
-        return r.json() if r.content else None
-
-
 @pytest.fixture(scope="module")
-def nodes() -> Iterator[list[Node]]:
+def nodes() -> Iterator[list[ClusterNode]]:
     require_backend("kafka")
     database = "ams_test_metacache_http_" + uuid.uuid4().hex[:10]
     try:
         cluster = services.start_cluster(nodes=2, database=database, env={"AMS_METADATA_CACHE": "true"})
-        yield [Node(node.url, cluster.token) for node in cluster.nodes]
+        yield [ClusterNode(node.url, cluster.token) for node in cluster.nodes]
     finally:
         try:
             services.stop_cluster()
@@ -209,7 +192,7 @@ def nodes() -> Iterator[list[Node]]:
 
 
 @pytest.mark.slow
-def test_changes_through_one_node_hold_at_once_on_the_other(nodes: list[Node]) -> None:
+def test_changes_through_one_node_hold_at_once_on_the_other(nodes: list[ClusterNode]) -> None:
     one, other = nodes
     project = unique("mc")
     one.ok("POST", f"/projects/{project}", {})
@@ -228,7 +211,7 @@ def test_changes_through_one_node_hold_at_once_on_the_other(nodes: list[Node]) -
 
 
 @pytest.mark.slow
-def test_a_refreshed_token_is_refused_at_once_on_the_other_node(nodes: list[Node]) -> None:
+def test_a_refreshed_token_is_refused_at_once_on_the_other_node(nodes: list[ClusterNode]) -> None:
     one, other = nodes
     project = unique("mc")
     one.ok("POST", f"/projects/{project}", {})
