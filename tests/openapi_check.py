@@ -13,7 +13,8 @@ How a response is checked:
   Error envelope (404 / 405).
 * ``OPTIONS`` on a known path is the CORS pre-flight Flask answers itself: 200 with an
   empty body. ``HEAD`` has no body to check.
-* Otherwise the response object is ``responses[status]`` or ``responses.default``. A
+* Otherwise the response object is ``responses[status]``: every status an operation answers
+  is declared (the document has no ``default`` responses). A
   response object without ``content`` allows only an empty body; one with content needs a
   non-empty body whose Content-Type is one of its
   media types, and JSON media types are validated with jsonschema Draft 2020-12, ``$ref``
@@ -140,7 +141,7 @@ class ResponseChecker:
         template, verb = found
         pointer = f"/paths/{_escape(template)}/{verb}/responses"
         responses: dict[str, Any] = self.document["paths"][template][verb]["responses"]
-        key = str(status) if str(status) in responses else "default"
+        key = str(status)
         if key not in responses:
             return f"status {status} is not documented for {verb.upper()} {template}"
         response, pointer = self._resolve(responses[key], f"{pointer}/{_escape(key)}")

@@ -113,6 +113,9 @@ def authenticate(route: str, view_args: dict[str, str]) -> Ctx:
     for var in sorted(view_args):
         if not valid_name(view_args[var]):
             raise AmsError.invalid_name(var)
+    repeated = sorted(key for key, values in request.args.lists() if len(values) > 1)
+    if repeated:  # which one would count is a guess: refuse rather than pick
+        raise AmsError.invalid_data(f"Query parameter {repeated[0]!r} is given more than once")
     token = request_token()
     caller = svc.caller_for_token(token)
     if caller is None:

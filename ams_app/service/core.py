@@ -263,11 +263,13 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
             return None
         if not isinstance(raw, list):
             raise _BAD_USER
-        for entry in raw:
+        found: list[str] | None = None
+        for entry in raw:  # every entry must be well formed, not only the one for this project
             entry = as_object(entry, _BAD_USER)
-            if opt_str(entry, "project", _BAD_USER) == project.name:
-                return self._check_roles(opt_str_list(entry, "roles", _BAD_USER) or [])
-        return None
+            roles = opt_str_list(entry, "roles", _BAD_USER) or []
+            if opt_str(entry, "project", _BAD_USER) == project.name and found is None:
+                found = roles
+        return None if found is None else self._check_roles(found)
 
     def create_member(self, caller: Caller, project: Project, name: str, body: Any) -> User:
         body = as_object({} if body is None else body, _BAD_USER)

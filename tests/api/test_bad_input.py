@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import AmsServer, Api, b64, error_of
+from tests.helpers import AmsServer, Api, b64, error_of, unique
 
 
 @pytest.mark.parametrize(
@@ -187,3 +187,51 @@ def test_time_to_offset_at_the_ends_of_time(
     assert r.status_code == expected
     if expected == 200:
         assert r.json() == {"offset": 0}
+
+
+# ------------------------------------------------------- found by fuzzing (tests/api/test_fuzz.py) --
+@pytest.mark.parametrize(
+    "query",
+    ["/registrations?status=pending&status=accepted", "/projects?pageSize=1&pageSize=2", "/users?key=a&key=b"],
+)
+def test_a_query_parameter_given_twice_is_refused(api: Api, query: str) -> None:
+    """Which of two values would count is a guess: 400 names the parameter instead (it used to
+    take the first, silently)."""
+    r = api.get(query)
+    assert r.status_code == 400, r.text
+    name = query.split("?")[1].split("=")[0]
+    assert error_of(r) == {
+        "code": 400,
+        "message": f"Query parameter '{name}' is given more than once",
+        "status": "INVALID_ARGUMENT",
+    }
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        [{"project": "elsewhere", "roles": [None]}],
+        [{"project": "elsewhere", "roles": "consumer"}],
+        [{"project": 5}],
+        ["consumer"],
+    ],
+)
+def test_a_member_with_malformed_project_entries_is_refused(api: Api, project: str, entries: Any) -> None:
+    """Every entry of ``projects`` must be well formed, not only the one for this project (an
+    entry for another project used to pass unread, whatever it held)."""
+    name = unique("member")
+    r = api.post(f"/projects/{project}/members/{name}", {"projects": [{"project": project}, *entries]})
+    assert r.status_code == 400, r.text
+    assert error_of(r)["message"] == "Invalid User Arguments"
+    assert api.get(f"/projects/{project}/members/{name}").status_code == 404
+
+
+def test_null_means_absent_in_request_bodies(api: Api, project: str) -> None:
+    """What the document declares nullable (ams_app/openapi.yaml): null is the same as leaving
+    the field out."""
+    body = {"description": None}
+    assert api.put(f"/projects/{project}", body).status_code == 200
+    assert api.ok("PUT", f"/projects/{project}/topics/t-null", None)["name"] == f"/projects/{project}/topics/t-null"
+    user = api.ok("POST", f"/projects/{project}/members/u-null", {"email": None, "projects": None})
+    assert user["email"] == ""
+    assert user["projects"][0]["roles"] == []
