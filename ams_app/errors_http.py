@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from flask import Flask, Response, request
+from pymongo.errors import ConnectionFailure
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.http import HTTP_STATUS_CODES
 
@@ -62,6 +63,12 @@ def register_error_handlers(app: Flask) -> None:
         if code == 405 and valid_methods:
             response.headers["Allow"] = ", ".join(valid_methods)
         return response
+
+    @app.errorhandler(ConnectionFailure)
+    def _store_unreachable(error: ConnectionFailure) -> Response:
+        # MongoDB went away under a request (a timeout, a reset): the client may retry
+        app.logger.warning("the metadata store is unreachable on %s %s: %s", request.method, request.path, error)
+        return render(AmsError.unavailable("The metadata store is unavailable"))
 
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:

@@ -71,12 +71,19 @@ BUILD_TIME = ""
 @bp.get("/status")
 def status() -> Response:
     svc = service()
-    if not svc.backend_healthy:  # checked in the background: a stalled backend cannot stall this
-        raise AmsError.unavailable("Backend is unavailable")
+    down = list(svc.unavailable)  # checked in the background: a stalled backend cannot stall this
+    if not svc.backend_healthy:
+        raise AmsError.unavailable(f"Backend is unavailable: {', '.join(down)}")
+    out: dict[str, Any]
     if not svc.settings.push_enabled:
-        return ok({"status": "ok", "push_functionality": "disabled"})
-    servers = svc.push_servers()  # from memory: this never waits on ZooKeeper
-    return ok({"status": "ok" if servers else "warning", "push_servers": servers})
+        out = {"status": "ok", "push_functionality": "disabled"}
+    else:
+        servers = svc.push_servers()  # from memory: this never waits on ZooKeeper
+        out = {"status": "ok" if servers else "warning", "push_servers": servers}
+    if down:  # ZooKeeper: the node serves on, but metadata changes and push ownership wait
+        out["status"] = "warning"
+        out["unavailable"] = down
+    return ok(out)
 
 
 @bp.get("/version")

@@ -10,7 +10,7 @@ import re
 import time
 import uuid as uuidlib
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import gevent
 from gevent.event import Event
@@ -24,6 +24,7 @@ from ams_app.models import Cursor, Membership, Project, Subscription, Topic, Use
 from ams_app.service import cursor as cur
 from ams_app.service import owner, push, schemas
 from ams_app.service.base import topic_key
+from ams_app.service.guard import Guarded
 from ams_app.service.metacache import MetadataCache
 from ams_app.service.metrics_ops import MetricsOps
 from ams_app.service.push_ops import PushOps, active
@@ -66,6 +67,18 @@ class Delivery:
 class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a ServiceBase
     def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
         self.settings = settings
+        #: What the last health check found unreachable, by name ("Kafka", "the metadata
+        #: store", "ZooKeeper"); /v1/status reports it, and calls to a backend named here fail
+        #: at once (ams_app/service/guard.py).
+        self.unavailable: tuple[str, ...] = ()
+        self.store_name = "the metadata store" if settings.backend == "kafka" else "the embedded metadata store"
+        self.log_name = "Kafka" if settings.backend == "kafka" else "the embedded message log"
+        self._guards = {
+            self.store_name: Guarded(store, self.store_name, lambda: self.store_name in self.unavailable),
+            self.log_name: Guarded(log, self.log_name, lambda: self.log_name in self.unavailable),
+        }
+        store = cast(MetadataStore, self._guards[self.store_name])
+        log = cast(MessageLog, self._guards[self.log_name])
         self.metadata: MetadataCache | None = None
         if settings.metadata_cache and settings.backend == "kafka" and settings.zookeeper_hosts:
             self.metadata = MetadataCache(settings, store)
@@ -75,27 +88,43 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         self.log = log
         self.stopping = Event()
         self.usage = UsageCounters(store, settings.metrics_flush_seconds)
-        self.backend_healthy = True
         self.push_listeners = []
         self._health_watch = gevent.spawn(self._watch_health)
         if settings.consume_owner and settings.backend == "kafka":
             self.owners = owner.Owners(settings, store)
             self.owners.start()
 
+    @property
+    def backend_healthy(self) -> bool:
+        """Both backends answered the last health check (ZooKeeper aside: without it the nodes
+        serve on, only metadata changes and push ownership wait for it)."""
+        return not {self.store_name, self.log_name} & set(self.unavailable)
+
+    def _zookeeper_connected(self) -> bool:
+        clients = [getattr(user, "client", None) for user in (self.metadata, self.owners, self.push_monitor)]
+        return all(client.connected for client in clients if client is not None)
+
     def _watch_health(self) -> None:
-        """Ping both backends every few seconds, in the background: /v1/status reads the
-        result and never waits on a slow or stalled backend itself."""
+        """Ping both backends every few seconds, and look at the ZooKeeper sessions, in the
+        background: /v1/status reads the result and never waits on a slow or stalled backend."""
         while not self.stopping.is_set():
-            healthy = True
-            for ping in (self.store.ping, self.log.ping):
+            down: list[str] = []
+            for name, ping in ((self.log_name, self.log.ping), (self.store_name, self.store.ping)):
                 try:
                     with gevent.Timeout(_HEALTH_TIMEOUT):
                         ping()
                 except (Exception, gevent.Timeout):
-                    healthy = False
-            if healthy != self.backend_healthy:
-                log.warning("backends are %s", "healthy again" if healthy else "unhealthy")
-            self.backend_healthy = healthy
+                    down.append(name)
+            if not self._zookeeper_connected():
+                down.append("ZooKeeper")
+            if tuple(down) != self.unavailable:
+                log.warning("unavailable: %s", ", ".join(down) or "nothing any more")
+            newly = set(down) - set(self.unavailable)
+            self.unavailable = tuple(down)
+            for name in newly & set(self._guards):  # the calls waiting on it fail now, not at their timeout
+                abandoned = self._guards[name].abandon()
+                if abandoned:
+                    log.warning("%s is unavailable: %d waiting calls answer 503", name, abandoned)
             self.stopping.wait(_HEALTH_INTERVAL)
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ import gevent
 from gevent.event import Event
 
 from ams_app.backends.store import MetadataStore
+from ams_app.errors import AmsError
 from ams_app.models import Usage, UsageBatch
 
 NS = 1_000_000_000
@@ -153,7 +154,9 @@ class UsageCounters:
             gevent.sleep(self.flush_seconds)
             try:
                 self.flush()
-            except Exception:  # the store is away: the counts wait in memory for the next round
+            except AmsError as exc:  # the store is known to be away: the counts wait in memory
+                log.warning("usage flush failed (%s); retrying", exc.message)
+            except Exception:  # the store failed unexpectedly: the counts wait in memory too
                 log.exception("usage flush failed; retrying")
 
     def close(self) -> None:

@@ -1,0 +1,74 @@
+"""Fail fast while a backend is down (docs/production.md "Backend outages").
+
+A backend that stops answering costs every request its whole timeout: server selection in
+pymongo, a delivery report or a fetch in librdkafka (``kafka_timeout_seconds``, 30 s by
+default). The service's health check pings each backend every 2 s (ams_app/service/core.py).
+When a ping fails, :meth:`Guarded.abandon` fails the calls already waiting on that backend, and
+while the last ping failed every new call is refused at once; both answer
+``503 <backend> is unavailable``. The first ping that succeeds lets calls through again: recovery
+needs no restart.
+
+A call abandoned this way may still complete inside the backend (a publish may be stored after
+all): the client, told 503, sends it again, and at-least-once delivery holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import gevent
+from gevent import getcurrent
+
+from ams_app.errors import AmsError
+
+#: Calls that must reach the backend whatever the health check last found.
+PASS_THROUGH = frozenset({"ping", "close"})
+
+
+class Guarded:
+    """``target`` with every method refused while ``is_down()`` says so."""
+
+    def __init__(self, target: Any, name: str, is_down: Callable[[], bool]) -> None:
+        self._target = target
+        self._name = name
+        self._is_down = is_down
+        self._waiting: set[Any] = set()  # greenlets inside a call to the backend
+
+    def unavailable(self) -> AmsError:
+        return AmsError.unavailable(f"{self._name[0].upper()}{self._name[1:]} is unavailable")
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._target, attr)
+        if attr in PASS_THROUGH or attr.startswith("_") or not callable(value):
+            return value
+        is_down, waiting, unavailable = self._is_down, self._waiting, self.unavailable
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            if is_down():
+                raise unavailable()
+            current = getcurrent()
+            waiting.add(current)
+            try:
+                return value(*args, **kwargs)
+            finally:
+                waiting.discard(current)
+
+        self.__dict__[attr] = guarded  # methods do not change: built once, found directly next time
+        return guarded
+
+    def abandon(self) -> int:
+        """Fail every call of a greenlet of this hub that waits on the backend now (it was just
+        found down); returns how many. Each is told 503 where it waits, unless it has left the
+        call by the time its turn comes."""
+        hub = gevent.get_hub()
+        waiting = [g for g in self._waiting if g.parent is hub]
+        for g in waiting:
+            hub.loop.run_callback(self._throw, g)
+        return len(waiting)
+
+    def _throw(self, g: Any) -> None:
+        if g in self._waiting and not g.dead:
+            with contextlib.suppress(Exception):  # it may have ended meanwhile
+                g.throw(self.unavailable())
