@@ -244,6 +244,8 @@ def render_node_settings(settings: Mapping[str, object]) -> str:
 
 #: The paths haproxy routes by a hash of the subscription's path, as the haproxy role's template does
 #: (tests/unit/test_services_tool.py checks that both say the same).
+#: What haproxy checks in ams_nodes_alive: answered by a node's process whatever its backends.
+LIVENESS_PATH = "/v1/version"
 SUBSCRIPTION_CURSOR_PATH = r"^/v1/projects/[^/]+/subscriptions/[^/:]+:(pull|acknowledge|offsets|modifyOffset)$"
 #: Answers haproxy gives itself, in the AMS error envelope (every error is JSON, the balancer's too).
 PROXY_ERRORS = {
@@ -270,12 +272,15 @@ def render_haproxy_cfg(
     pid_file: Path,
 ) -> str:
     """HTTPS on loopback in front of the nodes, round robin (a subscription's pull, acknowledge,
-    offsets and modifyOffset by a hash of its path), with health checks and retries."""
+    offsets and modifyOffset by a hash of its path), with health checks and retries; while no node
+    passes its health check, the nodes that are alive answer (ams_nodes_alive)."""
     if not nodes:
         raise ValueError("haproxy needs at least one node")
     servers = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port in nodes)
     # a subscription's cursor routes by a consistent hash of its path, as the haproxy role does
     tracking = "\n".join(f"    server {name} {HOST}:{port} track ams_nodes/{name}" for name, port in nodes)
+    # the same nodes checked for being alive only, for when none passes /v1/status, as the role does
+    alive = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port in nodes)
     return f"""# Written by tools/services.py (cluster-up). Validate with: haproxy -c -f THIS_FILE
 global
     maxconn 4096
@@ -304,6 +309,7 @@ frontend ams_https
     option forwardfor
     http-request set-header X-Forwarded-Proto https
     acl ams_subscription_cursor path_reg {SUBSCRIPTION_CURSOR_PATH}
+    use_backend ams_nodes_alive if !{{ nbsrv(ams_nodes) gt 0 }}
     use_backend ams_nodes_by_subscription if ams_subscription_cursor
     default_backend ams_nodes
 
@@ -317,6 +323,12 @@ backend ams_nodes_by_subscription
     balance hash path,field(1,:)
     hash-type consistent
 {tracking}
+
+backend ams_nodes_alive
+    balance roundrobin
+    option httpchk GET {LIVENESS_PATH}
+    http-check expect status 200
+{alive}
 """
 
 
@@ -763,6 +775,35 @@ def stop_services(*, purge: bool = False) -> None:
                 shutil.rmtree(service.dir, ignore_errors=True)
             ENV_FILE.unlink(missing_ok=True)
             say(f"purged the data under {SERVICES_DIR}")
+
+
+def _service(name: str) -> Service:
+    for service in SERVICES:
+        if service.name == name:
+            return service
+    raise ServiceError(f"unknown service {name!r}: one of {', '.join(s.name for s in SERVICES)}")
+
+
+def stop_service(name: str) -> None:
+    """Stop one of the services (SIGTERM, then SIGKILL after its stop timeout): an outage."""
+    service = _service(name)
+    with _locked(SERVICES_DIR):
+        if not _terminate(service.name, service.pid_file, service.marker, STOP_TIMEOUT[service.name]):
+            raise ServiceError(f"{service.name} is not running")
+    say(f"{service.name} stopped")
+
+
+def start_service(name: str, ports: Ports | None = None) -> None:
+    """Start one of the services again on its data, and wait until it answers."""
+    service = _service(name)
+    ports = ports or Ports.from_env()
+    with _locked(SERVICES_DIR):
+        pid, new = _start(service, ports)
+        if service is KAFKA:
+            _wait_kafka(ports, pid, new)
+        else:
+            _wait_ready(service, ports, pid)
+    say(f"{service.name} {'started' if new else 'already running'} (pid {pid})")
 
 
 def services_running(ports: Ports | None = None) -> bool:
@@ -1229,6 +1270,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("cluster-down", help="stop haproxy and the nodes")
     for verb in ("kill-node", "stop-node", "start-node"):
         sub.add_parser(verb, help=f"{verb.split('-')[0]} one cluster node").add_argument("n", type=int)
+    for verb in ("stop", "start"):
+        sub.add_parser(verb, help=f"{verb} one service (an outage, and its end)").add_argument(
+            "service", choices=[s.name for s in SERVICES]
+        )
     args = parser.parse_args(argv)
 
     try:
@@ -1261,6 +1306,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             stop_node(args.n)
         elif args.command == "start-node":
             start_node(args.n)
+        elif args.command == "stop":
+            stop_service(args.service)
+        elif args.command == "start":
+            start_service(args.service)
     except ServiceError as exc:
         print(f"services: error: {exc}", file=sys.stderr)
         return 1

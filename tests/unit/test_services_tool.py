@@ -143,13 +143,21 @@ def test_haproxy_cfg_content(tmp_path: Path) -> None:
         assert body["error"]["code"] == code
         assert set(body["error"]) == {"code", "message", "status"}
         assert 'content-type "application/json; charset=utf-8"' in line
+    template = (ROOT / "roles" / "haproxy" / "templates" / "haproxy.cfg.j2").read_text()
     servers = [line for line in lines if line.startswith("server ")]
-    assert servers == [f"server node{n} 127.0.0.1:{18080 + n} check inter 1s fall 2 rise 1" for n in (1, 2, 3)] + [
-        f"server node{n} 127.0.0.1:{18080 + n} track ams_nodes/node{n}" for n in (1, 2, 3)
-    ]
+    checked = [f"server node{n} 127.0.0.1:{18080 + n} check inter 1s fall 2 rise 1" for n in (1, 2, 3)]
+    tracking = [f"server node{n} 127.0.0.1:{18080 + n} track ams_nodes/node{n}" for n in (1, 2, 3)]
+    assert servers == checked + tracking + checked
+    # while no node passes /v1/status, the live ones answer: as in the haproxy role's template
+    fallback = "use_backend ams_nodes_alive if !{ nbsrv(ams_nodes) gt 0 }"
+    assert fallback in lines
+    assert lines.index(fallback) < lines.index("use_backend ams_nodes_by_subscription if ams_subscription_cursor")
+    assert f"option httpchk GET {svc.LIVENESS_PATH}" in lines
+    defaults = (ROOT / "roles" / "haproxy" / "defaults" / "main.yml").read_text()
+    assert f"haproxy_liveness_check_path: {svc.LIVENESS_PATH}\n" in defaults
+    assert "use_backend {{ haproxy_backend_name }}_alive if !{ nbsrv({{ haproxy_backend_name }}) gt 0 }" in template
     # a subscription's cursor routes go by a hash of its path, as in the haproxy role's template
     assert f"acl ams_subscription_cursor path_reg {svc.SUBSCRIPTION_CURSOR_PATH}" in lines
-    template = (ROOT / "roles" / "haproxy" / "templates" / "haproxy.cfg.j2").read_text()
     assert f"acl ams_subscription_cursor path_reg {svc.SUBSCRIPTION_CURSOR_PATH}\n" in template
     assert "balance hash path,field(1,:)\n    hash-type consistent\n" in template
     assert "use_backend ams_nodes_by_subscription if ams_subscription_cursor" in lines

@@ -34,6 +34,7 @@ AMS_PORT = VARS["ams_bind_port"]
 TOKEN = VARS["ams_service_token"]
 BACKEND = "ams_nodes"
 BY_SUBSCRIPTION = "ams_nodes_by_subscription"
+ALIVE = "ams_nodes_alive"
 SERVER = VARS["haproxy_backend_servers"][0]["name"]
 SOCKET = "/run/haproxy/admin.sock"
 CONFIG = "/etc/haproxy/haproxy.cfg"
@@ -64,9 +65,13 @@ def server_stat(host, backend: str = BACKEND) -> dict[str, str]:
 
 
 def wait_for_status(host, wanted: str, timeout: float = 30) -> dict[str, str]:
+    return wait_for_status_in(host, BACKEND, wanted, timeout)
+
+
+def wait_for_status_in(host, backend: str, wanted: str, timeout: float = 30) -> dict[str, str]:
     deadline = time.monotonic() + timeout
     while True:
-        row = server_stat(host)
+        row = server_stat(host, backend)
         if row["status"] == wanted or time.monotonic() > deadline:
             return row
         time.sleep(0.5)
@@ -218,6 +223,9 @@ def test_backend_server_is_up_on_the_stats_socket(host):
     # the node never gets more than haproxy_server_maxconn connections per backend (default 400)
     assert row["slim"] == str(VARS.get("haproxy_server_maxconn", 400)), row
     assert server_stat(host, BY_SUBSCRIPTION)["slim"] == row["slim"]
+    # the live-nodes fallback checks the same node for being alive only (haproxy_liveness_check_path)
+    alive = wait_for_status_in(host, ALIVE, "UP")
+    assert (alive["status"], alive["check_status"], alive["slim"]) == ("UP", "L7OK", row["slim"]), alive
 
 
 def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
@@ -242,7 +250,8 @@ def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
     assert not poll.is_alive()
     poll.join()
     assert pulled[0].status_code == 200, pulled[0].text
-    for backend in (BACKEND, BY_SUBSCRIPTION):  # the tracking server took the drain with it
+    # the tracking server took the drain with it; the live-nodes fallback was set alongside
+    for backend in (BACKEND, BY_SUBSCRIPTION, ALIVE):
         row = server_stat(host, backend)
         assert (row["status"], row["scur"]) == ("DRAIN", "0"), row
 
@@ -256,6 +265,7 @@ def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
 
     set_server_state("ready")
     assert server_stat(host)["status"] == "UP"
+    assert wait_for_status_in(host, ALIVE, "UP")["status"] == "UP"
     assert requests.get(f"{FRONTEND}/v1/status", verify=str(CA_FILE), timeout=10).status_code == 200
 
 
