@@ -17,7 +17,7 @@ class AmsError(Exception):
     def envelope(self) -> dict[str, Any]:
         return {"error": {"code": self.code, "message": self.message, "status": self.status}}
 
-    # Constructors named after the contract's (ams-api.md §0.1).
+    # Constructors named after the original's error kinds (their codes and messages are in ams_app/openapi.yaml).
     @classmethod
     def invalid_request_body(cls) -> AmsError:
         return cls(400, "Invalid Request Body", "BAD_REQUEST")

@@ -1,4 +1,4 @@
-"""The checks every route runs before its handler (ams-api.md §0.2), and response helpers."""
+"""The checks every route runs before its handler (docs/compatibility.md), and response helpers."""
 
 from __future__ import annotations
 

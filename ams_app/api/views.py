@@ -1,4 +1,4 @@
-"""JSON shapes of the API (ams-api.md §3 and §12)."""
+"""JSON shapes of the API (the schemas of ams_app/openapi.yaml)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a push endpoint receives (ams-api.md §5.3), and the proof of ownership (§5.2)."""
+"""What a push endpoint receives (docs/push.md), and the proof of ownership of the endpoint."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Metrics of AmsService: operational, project, topic, subscription, VA report, usage report,
-and the Prometheus text exposition (ams-api.md §6)."""
+and the Prometheus text exposition (docs/compatibility.md, "Metrics")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Push configuration: parse and validate ``pushConfig`` bodies (ams-api.md §5.1)."""
+"""Push configuration: parse and validate ``pushConfig`` bodies (docs/push.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Push subscriptions beyond their configuration: verification, activation, the push worker
-user, what a worker reads and commits, and the status the API shows (ams-api.md §5)."""
+user, what a worker reads and commits, and the status the API shows (docs/push.md)."""
 
 from __future__ import annotations
 

@@ -66,7 +66,7 @@ def _json_error_text(error: ValidationError | SchemaError) -> str:
 
 
 def validate_document(compiled: Compiled, index: int, document: Any) -> None:
-    """Check a decoded JSON document against a JSON schema (contract §7 messages)."""
+    """Check a decoded JSON document against a JSON schema (docs/compatibility.md, "Schemas")."""
     assert compiled.json_validator is not None
     errors = sorted(
         compiled.json_validator.iter_errors(document),

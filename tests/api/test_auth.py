@@ -1,5 +1,5 @@
 """Authentication, the order of the common checks, the role table and per-resource ACLs
-(ams-api.md §0.2, §1, §2, §13; docs/compatibility.md)."""
+(docs/compatibility.md, the roles of ams_app/openapi.yaml)."""
 
 from __future__ import annotations
 

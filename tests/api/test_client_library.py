@@ -3,7 +3,7 @@
 Every call goes through ``ArgoMessagingService`` unchanged: the library verifies TLS with the test CA
 (REQUESTS_CA_BUNDLE, set by the ``tls_files`` fixture) and sends the token in ``x-api-key``. The
 assertions are on what the library returns, so they pin both the JSON the server sends and the way
-the library reads it (contract §10, quirks in §14 items 35-42, amended by docs/compatibility.md).
+the library reads it (docs/compatibility.md).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[
 SECONDS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 PUBLISH_TIME_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{9}Z$")
 
-#: What a pull subscription's ``pushConfig`` looks like: every key, all at the zero value (§3.6).
+#: What a pull subscription's ``pushConfig`` looks like: every key, all at the zero value.
 PULL_PUSH_CONFIG = {
     "type": "",
     "pushEndpoint": "",
@@ -521,7 +521,7 @@ def test_time_to_offset_and_replay_by_timestamp(ams: ArgoMessagingService, topic
 
     assert whole.microsecond == 0
     assert ams.time_to_offset_sub(sub, whole, hooks={"response": record}) == int(late[0])
-    # the library sends "YYYY-MM-DD HH:MM:SS.000Z" with a space in this case (contract §14 item 37)
+    # the library sends "YYYY-MM-DD HH:MM:SS.000Z" with a space in this case
     assert sent_urls[-1].endswith("time=" + whole.strftime("%Y-%m-%d%%20%H:%M:%S.000Z")), sent_urls
 
     assert ams.time_to_offset_sub(sub, utc_now() - timedelta(days=1)) == int(early[0])
@@ -632,7 +632,7 @@ def test_update_user(api: Api, ams: ArgoMessagingService, project: str) -> None:
     ams.create_user(AmsUser(name=name, email="old@example.org", projects=projects))
     other = api.new_project()
 
-    # update_user needs both service_roles and projects (len(None) raises TypeError, contract §14 item 39)
+    # update_user needs both service_roles and projects (len(None) raises TypeError)
     updated = ams.update_user(
         name,
         first_name="Grace",

@@ -16,7 +16,7 @@ from tests.api.test_hostile_input import routes
 from tests.helpers import AmsServer
 from tests.openapi_check import PREFIX, load_document
 
-#: Operations of the contract (ams-api.md §2.3) that the app does not serve yet. Remove
+#: Operations of the original's API that the app does not serve yet. Remove
 #: entries, then the whole set, as they land: this test fails on an entry the app serves.
 PENDING: set[tuple[str, str]] = set()
 

@@ -1,4 +1,4 @@
-"""Push delivery over real HTTPS receivers (ams-api.md §5), on both backends.
+"""Push delivery over real HTTPS receivers (docs/push.md), on both backends.
 
 The servers deliver in-process (backend embedded: one worker; backend kafka: a worker that
 holds its subscriptions through ZooKeeper). Receivers are HTTPS servers in this process, with

@@ -1,5 +1,5 @@
 """User registrations: register, list, show, accept, decline, delete, and who may do what
-(contract §3.3, §2.3 rows 14-19, §8)."""
+(docs/compatibility.md)."""
 
 from __future__ import annotations
 

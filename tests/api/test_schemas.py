@@ -1,5 +1,5 @@
 """Schemas: create, show, list, update, delete, validate; attaching them to topics; publishing
-to a topic with a JSON or Avro schema (contract §3.5, §3.7, §7)."""
+to a topic with a JSON or Avro schema (docs/compatibility.md, "Schemas")."""
 
 from __future__ import annotations
 

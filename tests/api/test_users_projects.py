@@ -1,4 +1,4 @@
-"""Users, projects and project members (ams-api.md §3.2, §3.4, §8; docs/compatibility.md)."""
+"""Users, projects and project members (docs/compatibility.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fast repository-wide checks of the Ansible side (house style B4, B8, B9); no containers, no network.
+"""Fast repository-wide checks of the Ansible side (docs/ansible.md); no containers, no network.
 
 - every role's ``defaults/main.yml`` mirrors ``meta/argument_specs.yml`` (keys, and values = spec defaults);
 - yamllint and ansible-lint (production profile, ``.ansible-lint``) are clean over the repository;

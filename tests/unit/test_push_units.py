@@ -1,6 +1,6 @@
 """Push delivery building blocks, one at a time: pacing, the bodies endpoints receive,
 rendezvous ownership, the in-memory coordinator, the HTTP client's failures and the parse of
-``pushConfig`` bodies (ams-api.md §5)."""
+``pushConfig`` bodies (docs/push.md)."""
 
 from __future__ import annotations
 
@@ -189,7 +189,7 @@ def test_default_burst_is_the_rate_at_least_one() -> None:
     assert RateLimiter(0.5).burst == 1.0
 
 
-# ============================================================================= bodies (§5.3) ====
+# ============================================================================= bodies =========
 def test_message_json_shape() -> None:
     out = message_json(stored(offset=42, attributes={"k": "v"}), decode=False)
     assert out == {"messageId": "42", "attributes": {"k": "v"}, "data": b64("hello"), "publishTime": PUBLISH_TIME}
@@ -411,7 +411,7 @@ def test_verification_on_a_closed_port(client: PushClient) -> None:
     assert failure.startswith("connection failed"), failure
 
 
-# ============================================================================ parse (§5.1) ====
+# ============================================================================ parse ========
 HTTPS = "https://receiver.example.org:8443/hook"
 
 

@@ -1,4 +1,4 @@
-"""One local Spark session for all Spark tests (house style B7)."""
+"""One local Spark session for all Spark tests (docs/spark.md)."""
 
 from __future__ import annotations
 
