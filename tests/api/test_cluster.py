@@ -224,6 +224,10 @@ def test_consumers_on_one_subscription_get_every_message_once(cluster: Any, clie
 RETRY_STATUSES = (502, 503, 504)
 
 
+#: Seconds each publisher of the mid-traffic test waits between its requests of 5 messages.
+PUBLISH_PAUSE = 0.03
+
+
 def test_node_killed_mid_traffic_loses_nothing_acknowledged(cluster: Any, client: Client, project: str) -> None:
     client.ok("PUT", f"/v1/projects/{project}/topics/t")
     client.ok(
@@ -268,6 +272,10 @@ def test_node_killed_mid_traffic_loses_nothing_acknowledged(cluster: Any, client
                 with lock:
                     acknowledged.update(payloads)
                 n += 1
+                # paced (about 500 messages a second in all at most): what is published must drain
+                # within the deadline below through the compare-and-swap consume path, which takes
+                # about 150 a second here; unpaced, a run could publish more than that can drain
+                time.sleep(PUBLISH_PAUSE)
         except Exception as exc:
             with lock:
                 errors.append(f"publisher {worker}: {exc!r}")
