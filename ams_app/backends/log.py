@@ -45,6 +45,12 @@ class MessageLog(Protocol):
         """(min, max): the oldest retained offset and the next offset to be written."""
         ...
 
+    def known_bounds(self, key: str) -> tuple[int, int] | None:
+        """(min, end) known here without asking the backend, or None: ``min`` as ``bounds`` last
+        said, ``end`` an offset up to which messages are known to exist (at most the true end).
+        A lease that fits below ``end`` can be made without asking; anything else asks ``bounds``."""
+        ...
+
     def offset_for_time(self, key: str, publish_ns: int) -> int | None:
         """The first offset published at or after ``publish_ns``; None if there is none."""
         ...

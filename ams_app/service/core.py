@@ -607,20 +607,33 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         (other pulls meanwhile lease the ranges after it)."""
         assert self.owners is not None
         owned = f"{project.uuid}.{sub.name}"
-        for _ in range(3):  # retention may remove messages between bounds and read: look again
-            low, high = self.log.bounds(key)
+        # What the log knows without asking the broker first; the broker is asked when that cuts
+        # the lease short or finds nothing, or when the read shows it was out of date.
+        known = self.log.known_bounds(key)
+        tries = 3  # retention may remove messages between bounds and read: look again
+        while tries > 0:
+            low, high = known or self.log.bounds(key)
+            tries -= 0 if known else 1
             now = now_ns()
 
-            def reserve(cursor: Cursor, low: int = low, high: int = high, now: int = now) -> Any:
+            def reserve(
+                cursor: Cursor, low: int = low, high: int = high, now: int = now, exact: bool = not known
+            ) -> Any:
                 found = cur.next_free_range(cursor, low, high, now, max_messages)
                 if found is None:
                     return None, None
                 base, start, end = found
+                if not exact and end == high and end - start < max_messages:
+                    return None, None  # the messages known here end too soon: ask the broker
                 return cur.with_lease(base, start, end, now, sub.ack_deadline), (start, end)
 
             reserved: tuple[int, int] | None = self.owners.change(owned, reserve, durable=False)
             if reserved is None:
+                if known:
+                    known = None
+                    continue
                 return []
+            known = None
             start, end = reserved
             try:
                 messages = self.log.read(key, start, end, self.settings.max_pull_bytes)

@@ -9,12 +9,18 @@ reports (exact, never estimated). The payload is the original's JSON
 librdkafka calls block, so every one runs on a small pool of OS threads: the gevent hub keeps
 serving while a broker answers slowly or not at all. Publishing uses one idempotent producer
 with ``acks=all`` and answers only after the broker acknowledged every message of the request.
-Reads use a pool of consumers (assigned to a partition and offset per read, never members of a
-consumer group: offsets live in the metadata store), so no consumer is created per request.
+Reads go through a *reader* per topic: a consumer kept assigned to the topic's partition (never a
+member of a consumer group: offsets live in the metadata store) and the messages it has decoded
+ahead of the last read. Consecutive pulls of a subscription ask for consecutive ranges, so most
+are answered from what the reader holds or what librdkafka has already prefetched behind it,
+without a seek or a broker round trip of their own (docs/benchmarks.md). Readers are few
+(``_READERS``, least recently used retired first) and let go of their consumer after
+``_READER_IDLE_SECONDS`` unused; consumers come from a pool, so none is created per request.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import logging
@@ -23,9 +29,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import gevent
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from gevent import monkey
+from gevent.lock import Semaphore
 from gevent.threadpool import ThreadPool
 
 from ams_app.backends.log import NewMessage, StoredMessage
@@ -67,6 +75,89 @@ _NO_LEADER_YET = frozenset(
 _LEADER_WAIT_SECONDS = 25.0
 #: time.sleep for the pool's OS threads (monkey-patching makes time.sleep a greenlet's sleep)
 _os_sleep = monkey.get_original("time", "sleep")
+#: Topics with a reader at once; the least recently used gives its consumer back first.
+_READERS = 16
+#: A reader unused this long gives its consumer back (an assigned consumer keeps asking the broker).
+_READER_IDLE_SECONDS = 5.0
+#: Reads in a row behind what a topic's reader holds that are read apart; the next moves the reader.
+_BEHIND_IN_A_ROW = 2
+#: How long the first offset of a topic, as the broker last said, stands for it in known_bounds
+#: (retention moves it; a lease below it is found out by the read and asked again)
+_LOW_SECONDS = 1.0
+#: What a reader keeps decoded ahead of the reads, at most: what librdkafka had already fetched
+#: when a read was answered, taken without waiting.
+_AHEAD_MESSAGES = 1000
+_AHEAD_BYTES = 2 * 1024 * 1024
+
+
+class _Reader:
+    """A topic's consumer kept assigned at ``position``, and the records it returned before that
+    position, decoded, from ``messages[0]`` on: every record of the partition in that range is
+    there, so a read that starts inside it is answered from it. Used by one read at a time
+    (``lock``, a greenlet lock); its fields change only while it is held."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.lock = Semaphore()
+        self.consumer: Consumer | None = None
+        self.position = -1  # the offset the consumer reads next; -1: not assigned
+        self.messages: list[StoredMessage] = []
+        self.offsets: list[int] = []
+        self.sizes: list[int] = []
+        self.used = time.monotonic()
+        self.behind_in_a_row = 0  # reads behind what it holds since the last one from it
+        self.low = 0  # the partition's first offset, as the broker said at low_at
+        self.low_at = -_LOW_SECONDS
+
+    def behind(self, offset: int) -> bool:
+        """Whether ``offset`` comes before what the reader holds or will read next."""
+        return offset < (self.offsets[0] if self.offsets else self.position)
+
+    def covers(self, offset: int) -> bool:
+        return bool(self.offsets) and self.offsets[0] <= offset < self.position
+
+    def take(self, start: int, end: int, max_bytes: int) -> tuple[list[StoredMessage], bool]:
+        """The held messages from ``start`` before ``end`` within ``max_bytes`` (the first one
+        whatever its size), and whether the read is complete without asking the broker."""
+        if not self.covers(start):
+            return [], False
+        first = bisect.bisect_left(self.offsets, start)
+        out: list[StoredMessage] = []
+        size = 0
+        for index in range(first, len(self.offsets)):
+            if self.offsets[index] >= end:
+                return out, True
+            size += self.sizes[index]
+            if out and size > max_bytes:
+                return out, True
+            out.append(self.messages[index])
+        return out, self.position >= end
+
+    def keep(self, message: StoredMessage, size: int) -> None:
+        self.messages.append(message)
+        self.offsets.append(message.offset)
+        self.sizes.append(size)
+        self.position = message.offset + 1
+
+    def trim(self, needed_from: int) -> None:
+        """Forget the oldest messages beyond twice the read-ahead limits (what is behind the
+        latest read may still be wanted by a read that leased it before), never one at or after
+        ``needed_from``."""
+        excess = len(self.offsets) - 2 * _AHEAD_MESSAGES
+        total = sum(self.sizes)
+        drop = 0
+        while (
+            drop < len(self.offsets) and self.offsets[drop] < needed_from and (excess > 0 or total > 2 * _AHEAD_BYTES)
+        ):
+            total -= self.sizes[drop]
+            excess -= 1
+            drop += 1
+        if drop:
+            del self.messages[:drop], self.offsets[:drop], self.sizes[:drop]
+
+    def clear(self, position: int) -> None:
+        self.messages, self.offsets, self.sizes = [], [], []
+        self.position = position
 
 
 def _backend_error(exc: BaseException) -> AmsError:
@@ -151,6 +242,8 @@ class KafkaMessageLog:
         self._consumers_lock = monkey.get_original("threading", "Lock")()
         self._discarded: set[int] = set()  # ids of consumers to close when given back
         self._notifier = AppendNotifier(_RECHECK_SECONDS)
+        self._readers: dict[str, _Reader] = {}  # least recently used first
+        self._sweeper = gevent.spawn(self._sweep_readers)
 
     # ----------------------------------------------------------------- plumbing -------------
     def _run(self, fn: Callable[..., R], *args: Any) -> R:
@@ -160,22 +253,27 @@ class KafkaMessageLog:
         except (KafkaException, BufferError, TimeoutError, RuntimeError) as exc:
             raise _backend_error(exc) from exc
 
-    @contextmanager
-    def _consumer(self) -> Iterator[Consumer]:
+    def _borrow(self) -> Consumer:
         with self._consumers_lock:
             consumer = self._consumers.pop() if self._consumers else None
-        if consumer is None:
-            consumer = Consumer(self._consumer_config)
+        return consumer if consumer is not None else Consumer(self._consumer_config)
+
+    def _give_back(self, consumer: Consumer) -> None:
+        if id(consumer) in self._discarded:
+            self._discarded.discard(id(consumer))
+            with contextlib.suppress(Exception):
+                consumer.close()
+        else:
+            with self._consumers_lock:
+                self._consumers.append(consumer)
+
+    @contextmanager
+    def _consumer(self) -> Iterator[Consumer]:
+        consumer = self._borrow()
         try:
             yield consumer
         finally:
-            if id(consumer) in self._discarded:
-                self._discarded.discard(id(consumer))
-                with contextlib.suppress(Exception):
-                    consumer.close()
-            else:
-                with self._consumers_lock:
-                    self._consumers.append(consumer)
+            self._give_back(consumer)
 
     def _discard(self, consumer: Consumer) -> None:
         """Close ``consumer`` instead of pooling it: after a broker restarts a pooled consumer can
@@ -187,9 +285,13 @@ class KafkaMessageLog:
 
     def close(self) -> None:
         self._notifier.wake_all()
+        self._sweeper.kill()
+        readers, self._readers = list(self._readers.values()), {}
 
         def shut() -> None:
             self._producer.flush(min(self.timeout, 10))
+            for reader in readers:
+                self._release(reader)
             with self._consumers_lock:
                 for consumer in self._consumers:
                     consumer.close()
@@ -238,6 +340,8 @@ class KafkaMessageLog:
     def delete_topic(self, key: str) -> None:
         """Remove the messages but keep the topic, so its offsets (message ids) continue."""
 
+        self._forget_reader(key)
+
         def purge() -> None:
             low, high = self._watermarks(key)
             if high > low:
@@ -247,6 +351,8 @@ class KafkaMessageLog:
         self._run(purge)
 
     def drop_topic(self, key: str) -> None:
+        self._forget_reader(key)
+
         def drop() -> None:
             for future in self._admin.delete_topics([key], operation_timeout=self.timeout).values():
                 try:
@@ -304,47 +410,201 @@ class KafkaMessageLog:
         return stored
 
     def read(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
-        def fetch() -> list[StoredMessage]:
-            out: list[StoredMessage] = []
-            size = 0
-            with self._consumer() as consumer:
-                consumer.assign([TopicPartition(key, 0, start)])
-                passing: KafkaError | None = None  # the last error librdkafka recovers from itself
-                try:
-                    deadline = time.monotonic() + min(self.timeout, 10)
-                    while time.monotonic() < deadline:
-                        batch = consumer.consume(num_messages=min(max(end - start, 1), 500), timeout=0.2)
-                        for record in batch:
-                            error = record.error()
-                            if error is not None:
-                                if error.code() == KafkaError._PARTITION_EOF:
-                                    return out
-                                if _passing(record, error):
-                                    passing = error
-                                    continue
-                                raise KafkaException(error)
-                            offset = record.offset()
-                            if offset is None or offset >= end:
-                                return out
-                            value = record.value() or b"{}"
-                            size += len(value)
-                            if out and size > max_bytes:
-                                return out
-                            payload = json.loads(value)
-                            publish_ns = _publish_ns(payload, record)
-                            out.append(
-                                StoredMessage(offset, publish_ns, payload["data"], payload.get("attributes") or {})
-                            )
-                            if offset + 1 >= end:
-                                return out
-                    if not out and passing is not None:  # nothing came, and the broker said why
-                        self._discard(consumer)
-                        raise KafkaException(passing)
-                    return out
-                finally:
-                    consumer.unassign()
+        reader = self._readers.get(key)
+        if reader is not None and reader.behind(start):
+            # a redelivery or another subscription further back: read it apart, and leave the
+            # reader where it is, unless reads keep coming from back there (a replay)
+            reader.behind_in_a_row += 1
+            if reader.behind_in_a_row <= _BEHIND_IN_A_ROW:
+                return self._run(self._read_once, key, start, end, max_bytes)
+        reader = self._reader(key)
+        reader.lock.acquire()  # one read per topic at a time here: the next finds what it read ahead
+        job = None
+        try:
+            reader.used = time.monotonic()
+            if not reader.behind(start):
+                reader.behind_in_a_row = 0
+            out, done = reader.take(start, end, max_bytes)
+            if done:
+                return out
+            job = self._pool.spawn(self._fill, reader, start, end)
+            try:
+                job.get()
+            except (KafkaException, BufferError, TimeoutError, RuntimeError) as exc:
+                raise _backend_error(exc) from exc
+            return reader.take(start, end, max_bytes)[0]
+        finally:
+            if job is None or job.ready():
+                reader.lock.release()
+            else:  # this greenlet was interrupted: the thread still uses the reader, which stays locked
+                job.rawlink(lambda _: reader.lock.release())
 
-        return self._run(fetch)
+    def _read_once(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
+        """In a pool thread: a read behind what the topic's reader holds (a redelivery, a replay),
+        with a pooled consumer assigned for it alone, so that the reader keeps its place."""
+        out: list[StoredMessage] = []
+        size = 0
+        with self._consumer() as consumer:
+            consumer.assign([TopicPartition(key, 0, start)])
+            passing: KafkaError | None = None  # the last error librdkafka recovers from itself
+            try:
+                deadline = time.monotonic() + min(self.timeout, 10)
+                while time.monotonic() < deadline:
+                    batch = consumer.consume(num_messages=min(max(end - start, 1), 500), timeout=0.2)
+                    for record in batch:
+                        error = record.error()
+                        if error is not None:
+                            if error.code() == KafkaError._PARTITION_EOF:
+                                return out
+                            if _passing(record, error):
+                                passing = error
+                                continue
+                            raise KafkaException(error)
+                        offset = record.offset()
+                        if offset is None or offset >= end:
+                            return out
+                        value = record.value() or b"{}"
+                        size += len(value)
+                        if out and size > max_bytes:
+                            return out
+                        out.append(_decoded(record, offset, value))
+                        if offset + 1 >= end:
+                            return out
+                if not out and passing is not None:  # nothing came, and the broker said why
+                    self._discard(consumer)
+                    raise KafkaException(passing)
+                return out
+            finally:
+                consumer.unassign()
+
+    def _fill(self, reader: _Reader, start: int, end: int) -> None:
+        """In a pool thread: have ``reader`` hold the records from ``start`` up to ``end`` (or to
+        the partition's end, or what came within the read's deadline), and after them what
+        librdkafka has already fetched, up to the limits. A failed read gives the consumer up."""
+        try:
+            self._fetch(reader, max(start, reader.position) if reader.covers(start) else start, end, start)
+            reader.trim(start)
+        except BaseException:
+            self._release(reader, failed=True)
+            raise
+
+    def _fetch(self, reader: _Reader, start: int, end: int, needed_from: int) -> None:
+        consumer = reader.consumer
+        if consumer is None or reader.position != start:
+            if consumer is None:
+                consumer = reader.consumer = self._borrow()
+            consumer.assign([TopicPartition(reader.key, 0, start)])
+            if reader.position != start:
+                reader.clear(start)
+                reader.behind_in_a_row = 0
+        passing: KafkaError | None = None  # the last error librdkafka recovers from itself
+        end_seen: int | None = None  # the partition's end, as the last end-of-partition event said
+        deadline = time.monotonic() + min(self.timeout, 10)
+        while reader.position < end and time.monotonic() < deadline:
+            wanted = min(max(end - reader.position, 1), 500)
+            before = reader.position
+            eof, error = self._keep(reader, consumer.consume(num_messages=wanted, timeout=0.2))
+            passing = error or passing
+            end_seen = eof if eof is not None or reader.position != before else end_seen
+            if end_seen is not None and end_seen >= end:  # what is left before ``end`` is no record
+                break
+        if reader.position == start and passing is not None:  # nothing came, and the broker said why
+            raise KafkaException(passing)
+        if reader.position >= end:  # and what is already here, without waiting
+            reader.trim(needed_from)
+            room = _AHEAD_MESSAGES - (len(reader.offsets) - bisect.bisect_left(reader.offsets, needed_from))
+            if room > 0:
+                before = reader.position
+                eof, _ = self._keep(reader, consumer.consume(num_messages=room, timeout=0))
+                end_seen = eof if eof is not None or reader.position != before else end_seen
+        caught_up = end_seen is not None and end_seen >= reader.position
+        if not caught_up:
+            with contextlib.suppress(KafkaException):
+                _, high = consumer.get_watermark_offsets(TopicPartition(reader.key, 0), cached=True)
+                caught_up = 0 <= high <= reader.position
+        if caught_up:
+            # An assigned consumer at the partition's end asks the broker every fetch.wait.max.ms:
+            # it goes back to the pool, and the next read assigns one at the position (as a read
+            # did each time before readers). The messages held stay. (Pausing it instead stalled
+            # the read after the resume for about a second, now and then.)
+            reader.consumer = None
+            self._unassign(consumer)
+
+    def _keep(self, reader: _Reader, batch: list[Any]) -> tuple[int | None, KafkaError | None]:
+        """Decode ``batch`` into ``reader``: the partition's end when an end-of-partition event
+        came after its last record (an older one is news no more), and the last error librdkafka
+        recovers from itself (a broker disconnected, a leader changing; it may have been queued
+        while the consumer sat in the pool)."""
+        passing: KafkaError | None = None
+        end_seen: int | None = None
+        for record in batch:
+            error = record.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    end_seen = record.offset()
+                    continue
+                if _passing(record, error):
+                    passing = error
+                    continue
+                raise KafkaException(error)
+            offset = record.offset()
+            if offset is None or offset < reader.position:
+                continue
+            value = record.value() or b"{}"
+            reader.keep(_decoded(record, offset, value), len(value))
+            end_seen = None
+        return end_seen, passing
+
+    # --- readers ---------------------------------------------------------------------------------
+    def _reader(self, key: str) -> _Reader:
+        reader = self._readers.pop(key, None)
+        if reader is None:
+            reader = _Reader(key)
+            if len(self._readers) >= _READERS:
+                self._retire(next(iter(self._readers.values())))
+        self._readers[key] = reader  # now the most recently used
+        return reader
+
+    def _retire(self, reader: _Reader) -> None:
+        """Give ``reader``'s consumer back once no read uses it (the read in progress keeps it)."""
+        if self._readers.get(reader.key) is reader:
+            del self._readers[reader.key]
+        gevent.spawn(self._retire_when_free, reader)
+
+    def _retire_when_free(self, reader: _Reader) -> None:
+        with reader.lock:
+            if reader.consumer is not None:
+                with contextlib.suppress(AmsError):
+                    self._run(self._release, reader)
+
+    def _release(self, reader: _Reader, failed: bool = False) -> None:
+        """In a pool thread: unassign ``reader``'s consumer and give it back (closed when it failed
+        a read: its view of the cluster may be stale after a broker restart)."""
+        consumer, reader.consumer = reader.consumer, None
+        reader.clear(-1)
+        if consumer is not None:
+            self._unassign(consumer, failed)
+
+    def _unassign(self, consumer: Consumer, failed: bool = False) -> None:
+        try:
+            consumer.unassign()
+        except Exception:
+            failed = True
+        if failed:
+            self._discard(consumer)
+        self._give_back(consumer)
+
+    def _forget_reader(self, key: str) -> None:
+        reader = self._readers.get(key)
+        if reader is not None:
+            self._retire(reader)
+
+    def _sweep_readers(self) -> None:
+        while True:
+            gevent.sleep(_READER_IDLE_SECONDS / 5)
+            idle = time.monotonic() - _READER_IDLE_SECONDS
+            for reader in [r for r in self._readers.values() if r.used < idle and not r.lock.locked()]:
+                self._retire(reader)
 
     def _watermarks(self, key: str) -> tuple[int, int]:
         deadline = time.monotonic() + min(self.timeout, _LEADER_WAIT_SECONDS)
@@ -370,7 +630,20 @@ class KafkaMessageLog:
             pause = min(pause * 2, 1.0)
 
     def bounds(self, key: str) -> tuple[int, int]:
-        return self._run(self._watermarks, key)
+        asked = time.monotonic()
+        low, high = self._run(self._watermarks, key)
+        reader = self._readers.get(key)
+        if reader is not None:
+            reader.low, reader.low_at = low, asked
+        return low, high
+
+    def known_bounds(self, key: str) -> tuple[int, int] | None:
+        """The first offset as ``bounds`` said within the last _LOW_SECONDS, and the offset the
+        topic's reader has read up to: no broker round trip (docs/benchmarks.md)."""
+        reader = self._readers.get(key)
+        if reader is None or reader.position < 0 or time.monotonic() - reader.low_at > _LOW_SECONDS:
+            return None
+        return reader.low, reader.position
 
     def offset_for_time(self, key: str, publish_ns: int) -> int | None:
         def lookup() -> int | None:
@@ -400,6 +673,11 @@ def _passing(record: Any, error: KafkaError) -> bool:
 
 class _TooLarge(Exception):
     """The broker refused a message as too large."""
+
+
+def _decoded(record: Any, offset: int, value: bytes) -> StoredMessage:
+    payload = json.loads(value)
+    return StoredMessage(offset, _publish_ns(payload, record), payload["data"], payload.get("attributes") or {})
 
 
 def _publish_ns(payload: dict[str, Any], record: Any) -> int:

@@ -121,6 +121,9 @@ class SqliteMessageLog:
 
         return self.db.read(tx)
 
+    def known_bounds(self, key: str) -> tuple[int, int] | None:
+        return None  # bounds is a local read: nothing to save
+
     def bounds(self, key: str) -> tuple[int, int]:
         row = self.db.read(
             lambda c: c.execute("SELECT min_offset, next_offset FROM log_topics WHERE key=?", (key,)).fetchone()
