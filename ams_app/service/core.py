@@ -51,7 +51,7 @@ _BAD_PULL = AmsError.invalid_argument("Pull Parameters")
 _BAD_OFFSET = AmsError.invalid_argument("Offset")
 _HEALTH_INTERVAL = 2.0
 _HEALTH_TIMEOUT = 5.0
-log = logging.getLogger("ams")
+logger = logging.getLogger("ams")  # not "log": self.log is the message log
 #: Largest page size honoured (a larger one lists everything anyway).
 _MAX_PAGE_SIZE = 2**31 - 1
 _INT64 = (-(2**63), 2**63 - 1)
@@ -118,13 +118,13 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
             if not self._zookeeper_connected():
                 down.append("ZooKeeper")
             if tuple(down) != self.unavailable:
-                log.warning("unavailable: %s", ", ".join(down) or "nothing any more")
+                logger.warning("unavailable: %s", ", ".join(down) or "nothing any more")
             newly = set(down) - set(self.unavailable)
             self.unavailable = tuple(down)
             for name in newly & set(self._guards):  # the calls waiting on it fail now, not at their timeout
                 abandoned = self._guards[name].abandon()
                 if abandoned:
-                    log.warning("%s is unavailable: %d waiting calls answer 503", name, abandoned)
+                    logger.warning("%s is unavailable: %d waiting calls answer 503", name, abandoned)
             self.stopping.wait(_HEALTH_INTERVAL)
 
     def close(self) -> None:

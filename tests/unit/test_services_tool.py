@@ -167,6 +167,17 @@ def test_haproxy_cfg_content(tmp_path: Path) -> None:
         svc.render_haproxy_cfg([], bind_port=8443, pem=tmp_path, stats_socket=tmp_path, pid_file=tmp_path)
 
 
+def test_haproxy_error_pages_are_the_haproxy_roles(tmp_path: Path) -> None:
+    """The local haproxy answers its own errors with the role's messages (one list of facts)."""
+    role = yaml.safe_load((ROOT / "roles" / "haproxy" / "vars" / "main.yml").read_text())["_haproxy_json_errors"]
+    assert {e["code"]: (e["message"], e["status"]) for e in role} == svc.PROXY_ERRORS
+    lines = [line.strip() for line in _haproxy_cfg(tmp_path, tmp_path / "haproxy.pem").splitlines()]
+    pages = {int(line.split()[2]): line for line in lines if line.startswith("http-error status ")}
+    for error in role:
+        envelope = {"error": {"code": error["code"], "message": error["message"], "status": error["status"]}}
+        assert json.loads(pages[error["code"]].split(" string ", 1)[1].strip("'")) == envelope
+
+
 def test_haproxy_accepts_the_config(tmp_path: Path, haproxy: str, tls: Any) -> None:
     cfg = tmp_path / "haproxy.cfg"
     cfg.write_text(_haproxy_cfg(tmp_path, tls.combined))
