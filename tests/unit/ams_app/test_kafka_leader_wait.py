@@ -6,6 +6,8 @@ scenario (molecule/multinode) meets the real thing."""
 
 from __future__ import annotations
 
+import threading
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, ClassVar
@@ -14,6 +16,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from ams_app.backends.kafka import log as kafka_log
+from ams_app.errors import AmsError
 
 
 class _Answers:
@@ -144,10 +147,37 @@ class _Reader:
     def consume(self, num_messages: int, timeout: float) -> list[_Record]:
         return self.batches.pop(0) if self.batches else []
 
+    def get_watermark_offsets(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        return (-1001, -1001)  # librdkafka's "not known yet"
+
+
+class _Done:
+    """What ThreadPool.spawn returns, for a call made at once in this thread."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.error: BaseException | None = None
+        try:
+            self.value = fn(*args)
+        except Exception as exc:
+            self.error = exc
+
+    def get(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+    def ready(self) -> bool:
+        return True
+
 
 def _reading_log(reader: _Reader) -> kafka_log.KafkaMessageLog:
+    """A log whose every consumer is ``reader``, its pool calls made in this thread."""
     log = _log_with(reader)  # type: ignore[arg-type]
     log._run = lambda fn, *args: fn(*args)  # type: ignore[method-assign]
+    log._pool = types.SimpleNamespace(spawn=_Done)  # type: ignore[assignment]
+    log._readers = {}
+    log._consumers, log._consumers_lock = [], threading.Lock()
+    log._borrow = lambda: reader  # type: ignore[method-assign, assignment, return-value]
     return log
 
 
@@ -156,6 +186,13 @@ def test_news_about_a_broker_queued_in_a_pooled_consumer_does_not_fail_a_read() 
     disconnected = _Record(error=KafkaError(KafkaError._TRANSPORT), topic=None)
     reader = _Reader([disconnected], [_Record(4), _Record(5)])
     assert [m.offset for m in _reading_log(reader).read("p.t", 4, 6, 1 << 20)] == [4, 5]
+
+
+def test_a_read_from_behind_the_topics_reader_takes_the_same_news_in_its_stride() -> None:
+    disconnected = _Record(error=KafkaError(KafkaError._TRANSPORT), topic=None)
+    moving = _Record(error=KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION))
+    reader = _Reader([disconnected], [moving], [_Record(4), _Record(5)])
+    assert [m.offset for m in _reading_log(reader)._read_once("p.t", 4, 6, 1 << 20)] == [4, 5]
 
 
 def test_a_leader_changing_under_a_read_is_waited_for() -> None:
@@ -168,14 +205,17 @@ def test_a_read_that_gets_nothing_but_errors_reports_the_last(monkeypatch: pytes
     clock = iter(range(0, 1000, 4))
     monkeypatch.setattr(kafka_log.time, "monotonic", lambda: float(next(clock)))
     reader = _Reader(*[[_Record(error=KafkaError(KafkaError._ALL_BROKERS_DOWN), topic=None)]] * 5)
-    with pytest.raises(KafkaException):
+    with pytest.raises(AmsError) as raised:
         _reading_log(reader).read("p.t", 0, 1, 1 << 20)
+    assert raised.value.code == 503
 
 
 def test_a_partition_error_that_will_not_pass_fails_the_read_at_once() -> None:
     reader = _Reader([_Record(error=KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))], [_Record(0)])
-    with pytest.raises(KafkaException):
+    with pytest.raises(AmsError) as raised:
         _reading_log(reader).read("p.t", 0, 1, 1 << 20)
+    assert raised.value.code == 503
+    assert len(reader.batches) == 1  # at once: the next batch is never asked for
 
 
 class _Stale:
