@@ -65,6 +65,10 @@ DEFAULT_NODES = 3
 CLUSTER_DATABASE = "ams_cluster"
 #: FerretDB logs each command it lacks at warn (pymongo's endSessions on every close, among others).
 FERRETDB_LOG_LEVEL = os.environ.get("AMS_SVC_FERRETDB_LOG_LEVEL", "warn")
+#: FerretDB's storage: "sqlite" (the default: no other server) or "pg", a PostgreSQL of this tool's
+#: own on AMS_SVC_PG_PORT (Debian's postgresql), closer to MongoDB under load (docs/services.md).
+FERRETDB_HANDLERS = ("sqlite", "pg")
+DEFAULT_PG_PORT = 15432
 
 # --- places ---------------------------------------------------------------------------------
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,8 +86,8 @@ VENV_BIN = ROOT / ".venv" / "bin"
 ZOOKEEPER_JAR = Path(APT_PACKAGES["zookeeper"])
 
 # --- bounds ---------------------------------------------------------------------------------
-READY_TIMEOUT = {"zookeeper": 45.0, "kafka": 90.0, "ferretdb": 45.0}
-STOP_TIMEOUT = {"zookeeper": 15.0, "kafka": 40.0, "ferretdb": 15.0}
+READY_TIMEOUT = {"zookeeper": 45.0, "kafka": 90.0, "ferretdb": 45.0, "postgres": 45.0}
+STOP_TIMEOUT = {"zookeeper": 15.0, "kafka": 40.0, "ferretdb": 15.0, "postgres": 30.0}
 NODE_READY_TIMEOUT = 60.0
 NODE_STOP_TIMEOUT = 25.0  # above the node's shutdown_timeout (15 s)
 LB_READY_TIMEOUT = 30.0
@@ -516,6 +520,8 @@ def install_ferretdb() -> None:
 def install() -> None:
     """Everything ``up`` and ``cluster-up`` need; fast when it is all there."""
     install_apt(missing_apt_packages())
+    if ferretdb_handler() == "pg" and not list(Path("/usr/lib/postgresql").glob("*/bin/postgres")):
+        install_apt(["postgresql"])
     install_kafka()
     install_ferretdb()
 
@@ -551,7 +557,19 @@ class Service:
 ZOOKEEPER = Service("zookeeper", "org.apache.zookeeper.server.quorum.QuorumPeerMain")
 KAFKA = Service("kafka", "kafka.Kafka")
 FERRETDB = Service("ferretdb", str(FERRETDB_BIN))
-SERVICES = (ZOOKEEPER, KAFKA, FERRETDB)
+POSTGRES = Service("postgres", str(SERVICES_DIR / "postgres" / "data"))  # the -D argument
+SERVICES = (ZOOKEEPER, KAFKA, FERRETDB, POSTGRES)
+
+
+def ferretdb_handler(env: Mapping[str, str] | None = None) -> str:
+    handler = (os.environ if env is None else env).get("AMS_SVC_FERRETDB_HANDLER", "sqlite")
+    if handler not in FERRETDB_HANDLERS:
+        raise ServiceError(f"AMS_SVC_FERRETDB_HANDLER={handler!r}: one of {', '.join(FERRETDB_HANDLERS)}")
+    return handler
+
+
+def pg_port(env: Mapping[str, str] | None = None) -> int:
+    return toolkit.env_port(os.environ if env is None else env, "AMS_SVC_PG_PORT", DEFAULT_PG_PORT, ServiceError)
 
 
 def _java() -> str:
@@ -605,19 +623,72 @@ def _kafka_argv(ports: Ports) -> list[str]:
     ]
 
 
+def render_ferretdb_storage(handler: str, data_dir: Path, pg_port: int) -> list[str]:
+    if handler == "pg":
+        return ["--handler=pg", f"--postgresql-url=postgres://postgres@{HOST}:{pg_port}/postgres"]
+    return ["--handler=sqlite", f"--sqlite-url=file:{data_dir}/"]
+
+
 def _ferretdb_argv(ports: Ports) -> list[str]:
     state = FERRETDB.dir / "state"
     state.mkdir(parents=True, exist_ok=True)
     return [
         str(FERRETDB_BIN),
-        "--handler=sqlite",
-        f"--sqlite-url=file:{FERRETDB.data}/",
+        *render_ferretdb_storage(ferretdb_handler(), FERRETDB.data, pg_port()),
         f"--listen-addr={HOST}:{ports.mongo}",
         f"--state-dir={state}",
         "--telemetry=disable",
         "--debug-addr=-",
         f"--log-level={FERRETDB_LOG_LEVEL}",
     ]
+
+
+def _pg_bin(name: str) -> str:
+    found = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"), key=lambda p: int(p.parts[-3]))
+    if not found:
+        raise ServiceError(f"PostgreSQL's {name} not found (apt-get install postgresql)")
+    return str(found[-1])
+
+
+def _as_postgres(argv: Sequence[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as the postgres user Debian's package makes (setpriv
+    execs, so the pid this tool records is the server's)."""
+    return ["setpriv", "--reuid=postgres", "--regid=postgres", "--init-groups", *argv]
+
+
+def _postgres_argv(ports: Ports) -> list[str]:
+    """A cluster of its own under .cache/services/postgres (initdb on first use), on loopback only,
+    trusting local connections: a test server, as FerretDB's pg handler wants it."""
+    data, sockets = POSTGRES.data, POSTGRES.dir / "sockets"
+    for directory in (POSTGRES.dir, data, sockets):
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.chown(directory, "postgres", "postgres")
+    data.chmod(0o700)
+    if not (data / "PG_VERSION").exists():
+        initdb = [_pg_bin("initdb"), "-D", str(data), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"]
+        done = subprocess.run(_as_postgres(initdb), capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise ServiceError(f"postgres: initdb failed: {done.stderr.strip() or done.stdout.strip()}")
+    return _as_postgres(
+        [
+            _pg_bin("postgres"),
+            "-D",
+            str(data),
+            "-p",
+            str(pg_port()),
+            "-k",
+            str(sockets),
+            "-c",
+            f"listen_addresses={HOST}",
+        ]
+    )
+
+
+def postgres_ready(port: int) -> bool:
+    if not _port_open(port):
+        return False
+    probe = subprocess.run([_pg_bin("pg_isready"), "-h", HOST, "-p", str(port), "-U", "postgres"], capture_output=True)
+    return probe.returncode == 0
 
 
 def zookeeper_ready(port: int) -> bool:
@@ -655,6 +726,8 @@ def mongo_ready(port: int) -> bool:
 
 
 def _port_of(service: Service, ports: Ports) -> int:
+    if service is POSTGRES:
+        return pg_port()
     return {"zookeeper": ports.zookeeper, "kafka": ports.kafka, "ferretdb": ports.mongo}[service.name]
 
 
@@ -664,6 +737,7 @@ def _probe(service: Service, ports: Ports) -> Callable[[], bool]:
         "zookeeper": zookeeper_ready,
         "kafka": kafka_ready,
         "ferretdb": mongo_ready,
+        "postgres": postgres_ready,
     }
     return lambda: probes[service.name](port)
 
@@ -673,6 +747,7 @@ def _argv(service: Service, ports: Ports) -> list[str]:
         "zookeeper": _zookeeper_argv,
         "kafka": _kafka_argv,
         "ferretdb": _ferretdb_argv,
+        "postgres": _postgres_argv,
     }
     return builders[service.name](ports)
 
@@ -745,6 +820,10 @@ def start_services(ports: Ports | None = None, *, do_install: bool = True) -> di
             # a new ZooKeeper: Kafka's old log dir holds another cluster id and would refuse to start
             shutil.rmtree(KAFKA.data, ignore_errors=True)
         zk_pid, zk_new = _start(ZOOKEEPER, ports)
+        if ferretdb_handler() == "pg":
+            pg_pid, pg_new = _start(POSTGRES, ports)
+            _wait_ready(POSTGRES, ports, pg_pid)
+            say(f"postgres  {'started' if pg_new else 'already running'} (pid {pg_pid}) on {HOST}:{pg_port()}")
         mongo_pid, mongo_new = _start(FERRETDB, ports)
         _wait_ready(ZOOKEEPER, ports, zk_pid)
         kafka_pid, kafka_new = _start(KAFKA, ports)
@@ -767,7 +846,7 @@ def stop_services(*, purge: bool = False) -> None:
     if any(_cluster_pids().values()):
         stop_cluster()
     with _locked(SERVICES_DIR):
-        for service in (FERRETDB, KAFKA, ZOOKEEPER):
+        for service in (FERRETDB, POSTGRES, KAFKA, ZOOKEEPER):
             if _terminate(service.name, service.pid_file, service.marker, STOP_TIMEOUT[service.name]):
                 say(f"{service.name} stopped")
         if purge:
@@ -1228,8 +1307,10 @@ def status_lines(ports: Ports | None = None) -> list[str]:
     ports = ports or Ports.from_env()
     lines = []
     for service in SERVICES:
-        port = _port_of(service, ports)
         pid = service.pid()
+        if service is POSTGRES and pid is None and ferretdb_handler() != "pg":
+            continue  # not in use
+        port = _port_of(service, ports)
         if pid is None:
             state = "stopped"
         else:

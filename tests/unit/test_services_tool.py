@@ -85,6 +85,23 @@ def test_server_properties(tmp_path: Path) -> None:
         assert props[key] == "1"
 
 
+def test_ferretdb_storage_sqlite_by_default_or_a_postgresql_of_its_own(tmp_path: Path) -> None:
+    assert svc.ferretdb_handler({}) == "sqlite"
+    assert svc.render_ferretdb_storage("sqlite", tmp_path, 15432) == [
+        "--handler=sqlite",
+        f"--sqlite-url=file:{tmp_path}/",
+    ]
+    assert svc.ferretdb_handler({"AMS_SVC_FERRETDB_HANDLER": "pg"}) == "pg"
+    assert svc.render_ferretdb_storage("pg", tmp_path, 15433) == [
+        "--handler=pg",
+        "--postgresql-url=postgres://postgres@127.0.0.1:15433/postgres",
+    ]
+    assert svc.pg_port({"AMS_SVC_PG_PORT": "15433"}) == 15433
+    with pytest.raises(svc.ServiceError, match="one of sqlite, pg"):
+        svc.ferretdb_handler({"AMS_SVC_FERRETDB_HANDLER": "mongo"})
+    assert svc.POSTGRES.marker == str(svc.POSTGRES.data)  # the server's -D: how its process is found
+
+
 def test_pom_names_kafka_and_a_log_binding() -> None:
     pom = svc.render_pom()
     assert f"<artifactId>kafka_{svc.SCALA_VERSION}</artifactId><version>{svc.KAFKA_VERSION}</version>" in pom
