@@ -885,9 +885,16 @@ def start_service(name: str, ports: Ports | None = None) -> None:
     say(f"{service.name} {'started' if new else 'already running'} (pid {pid})")
 
 
+def services_in_use() -> list[Service]:
+    """ZooKeeper, Kafka and FerretDB, and PostgreSQL when FerretDB is on it (or it runs)."""
+    pg = ferretdb_handler() == "pg" or POSTGRES.pid() is not None
+    return [s for s in SERVICES if s is not POSTGRES or pg]
+
+
 def services_running(ports: Ports | None = None) -> bool:
     ports = ports or Ports.from_env()
-    return all(s.pid() is not None for s in SERVICES) and all(_safe(_probe(s, ports)) for s in SERVICES)
+    used = services_in_use()
+    return all(s.pid() is not None for s in used) and all(_safe(_probe(s, ports)) for s in used)
 
 
 def _safe(probe: Callable[[], bool]) -> bool:
@@ -1306,10 +1313,8 @@ def start_node(n: int, *, wait_lb: bool = True) -> NodeInfo:
 def status_lines(ports: Ports | None = None) -> list[str]:
     ports = ports or Ports.from_env()
     lines = []
-    for service in SERVICES:
+    for service in services_in_use():
         pid = service.pid()
-        if service is POSTGRES and pid is None and ferretdb_handler() != "pg":
-            continue  # not in use
         port = _port_of(service, ports)
         if pid is None:
             state = "stopped"

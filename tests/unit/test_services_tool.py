@@ -102,6 +102,14 @@ def test_ferretdb_storage_sqlite_by_default_or_a_postgresql_of_its_own(tmp_path:
     assert svc.POSTGRES.marker == str(svc.POSTGRES.data)  # the server's -D: how its process is found
 
 
+def test_postgresql_is_a_service_in_use_only_for_the_pg_handler(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AMS_SVC_FERRETDB_HANDLER", raising=False)
+    monkeypatch.setattr(svc.Service, "pid", lambda self: None)
+    assert svc.services_in_use() == [svc.ZOOKEEPER, svc.KAFKA, svc.FERRETDB]
+    monkeypatch.setenv("AMS_SVC_FERRETDB_HANDLER", "pg")
+    assert svc.services_in_use() == [svc.ZOOKEEPER, svc.KAFKA, svc.FERRETDB, svc.POSTGRES]
+
+
 def test_pom_names_kafka_and_a_log_binding() -> None:
     pom = svc.render_pom()
     assert f"<artifactId>kafka_{svc.SCALA_VERSION}</artifactId><version>{svc.KAFKA_VERSION}</version>" in pom
