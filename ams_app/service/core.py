@@ -612,13 +612,13 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         known = self.log.known_bounds(key)
         tries = 3  # retention may remove messages between bounds and read: look again
         while tries > 0:
+            exact = known is None
             low, high = known or self.log.bounds(key)
-            tries -= 0 if known else 1
+            known = None  # good for the first look only
+            tries -= exact
             now = now_ns()
 
-            def reserve(
-                cursor: Cursor, low: int = low, high: int = high, now: int = now, exact: bool = not known
-            ) -> Any:
+            def reserve(cursor: Cursor, low: int = low, high: int = high, now: int = now, exact: bool = exact) -> Any:
                 found = cur.next_free_range(cursor, low, high, now, max_messages)
                 if found is None:
                     return None, None
@@ -629,11 +629,9 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
 
             reserved: tuple[int, int] | None = self.owners.change(owned, reserve, durable=False)
             if reserved is None:
-                if known:
-                    known = None
-                    continue
-                return []
-            known = None
+                if exact:
+                    return []
+                continue
             start, end = reserved
             try:
                 messages = self.log.read(key, start, end, self.settings.max_pull_bytes)

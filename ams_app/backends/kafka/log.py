@@ -422,8 +422,7 @@ class KafkaMessageLog:
         job = None
         try:
             reader.used = time.monotonic()
-            if not reader.behind(start):
-                reader.behind_in_a_row = 0
+            reader.behind_in_a_row = 0  # a read from behind gets here only to move the reader back
             out, done = reader.take(start, end, max_bytes)
             if done:
                 return out
@@ -496,7 +495,6 @@ class KafkaMessageLog:
             consumer.assign([TopicPartition(reader.key, 0, start)])
             if reader.position != start:
                 reader.clear(start)
-                reader.behind_in_a_row = 0
         passing: KafkaError | None = None  # the last error librdkafka recovers from itself
         end_seen: int | None = None  # the partition's end, as the last end-of-partition event said
         deadline = time.monotonic() + min(self.timeout, 10)
