@@ -65,9 +65,10 @@ DEFAULT_NODES = 3
 CLUSTER_DATABASE = "ams_cluster"
 #: FerretDB logs each command it lacks at warn (pymongo's endSessions on every close, among others).
 FERRETDB_LOG_LEVEL = os.environ.get("AMS_SVC_FERRETDB_LOG_LEVEL", "warn")
-#: FerretDB's storage: "sqlite" (the default: no other server) or "pg", a PostgreSQL of this tool's
-#: own on AMS_SVC_PG_PORT (Debian's postgresql), closer to MongoDB under load (docs/services.md).
-FERRETDB_HANDLERS = ("sqlite", "pg")
+#: FerretDB's storage: "pg" (the default), a PostgreSQL of this tool's own on AMS_SVC_PG_PORT
+#: (Debian's postgresql), closer to MongoDB under load; or "sqlite", no other server, but it scans
+#: collections on every query (docs/services.md).
+FERRETDB_HANDLERS = ("pg", "sqlite")
 DEFAULT_PG_PORT = 15432
 
 # --- places ---------------------------------------------------------------------------------
@@ -562,7 +563,7 @@ SERVICES = (ZOOKEEPER, KAFKA, FERRETDB, POSTGRES)
 
 
 def ferretdb_handler(env: Mapping[str, str] | None = None) -> str:
-    handler = (os.environ if env is None else env).get("AMS_SVC_FERRETDB_HANDLER", "sqlite")
+    handler = (os.environ if env is None else env).get("AMS_SVC_FERRETDB_HANDLER", "pg")
     if handler not in FERRETDB_HANDLERS:
         raise ServiceError(f"AMS_SVC_FERRETDB_HANDLER={handler!r}: one of {', '.join(FERRETDB_HANDLERS)}")
     return handler

@@ -85,8 +85,9 @@ def test_server_properties(tmp_path: Path) -> None:
         assert props[key] == "1"
 
 
-def test_ferretdb_storage_sqlite_by_default_or_a_postgresql_of_its_own(tmp_path: Path) -> None:
-    assert svc.ferretdb_handler({}) == "sqlite"
+def test_ferretdb_storage_a_postgresql_of_its_own_by_default_or_sqlite(tmp_path: Path) -> None:
+    assert svc.ferretdb_handler({}) == "pg"
+    assert svc.ferretdb_handler({"AMS_SVC_FERRETDB_HANDLER": "sqlite"}) == "sqlite"
     assert svc.render_ferretdb_storage("sqlite", tmp_path, 15432) == [
         "--handler=sqlite",
         f"--sqlite-url=file:{tmp_path}/",
@@ -97,16 +98,16 @@ def test_ferretdb_storage_sqlite_by_default_or_a_postgresql_of_its_own(tmp_path:
         "--postgresql-url=postgres://postgres@127.0.0.1:15433/postgres",
     ]
     assert svc.pg_port({"AMS_SVC_PG_PORT": "15433"}) == 15433
-    with pytest.raises(svc.ServiceError, match="one of sqlite, pg"):
+    with pytest.raises(svc.ServiceError, match="one of pg, sqlite"):
         svc.ferretdb_handler({"AMS_SVC_FERRETDB_HANDLER": "mongo"})
     assert svc.POSTGRES.marker == str(svc.POSTGRES.data)  # the server's -D: how its process is found
 
 
 def test_postgresql_is_a_service_in_use_only_for_the_pg_handler(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("AMS_SVC_FERRETDB_HANDLER", raising=False)
+    monkeypatch.setenv("AMS_SVC_FERRETDB_HANDLER", "sqlite")
     monkeypatch.setattr(svc.Service, "pid", lambda self: None)
     assert svc.services_in_use() == [svc.ZOOKEEPER, svc.KAFKA, svc.FERRETDB]
-    monkeypatch.setenv("AMS_SVC_FERRETDB_HANDLER", "pg")
+    monkeypatch.delenv("AMS_SVC_FERRETDB_HANDLER")
     assert svc.services_in_use() == [svc.ZOOKEEPER, svc.KAFKA, svc.FERRETDB, svc.POSTGRES]
 
 
