@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from flask import Flask, Response, request
-from pymongo.errors import ConnectionFailure
+from pymongo.errors import ConnectionFailure, OperationFailure
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.http import HTTP_STATUS_CODES
 
@@ -69,6 +69,15 @@ def register_error_handlers(app: Flask) -> None:
         # MongoDB went away under a request (a timeout, a reset): the client may retry
         app.logger.warning("the metadata store is unreachable on %s %s: %s", request.method, request.path, error)
         return render(AmsError.unavailable("The metadata store is unavailable"))
+
+    @app.errorhandler(OperationFailure)
+    def _store_refused(error: OperationFailure) -> Response:
+        from ams_app.backends.mongo.store import unstorable_text
+
+        if unstorable_text(error):  # a NUL character, on a store that cannot hold one
+            return render(AmsError.invalid_data("Text with a NUL character cannot be stored or looked up"))
+        app.logger.error("the metadata store refused %s %s", request.method, request.path, exc_info=error)
+        return render(AmsError(500, "Internal Server Error", "INTERNAL_SERVER_ERROR"))
 
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:

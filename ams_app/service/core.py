@@ -143,6 +143,8 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
             return None
         if self.settings.service_token and token == self.settings.service_token:
             return auth.SERVICE_CALLER
+        if not token.isprintable():  # no token holds a control character: not worth a lookup
+            return None
         user = self.store.get_user(token=token)
         if user is None:
             return None
@@ -362,7 +364,8 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         found: list[str] = []
         missing: list[str] = []
         for name in names:
-            user = self.store.get_user(name=name)
+            # a name no user can have is not looked up (the store need not hold every string)
+            user = self.store.get_user(name=name) if valid_name(name) else None
             if user is None or user.membership(project.uuid) is None:
                 missing.append(name)
             else:

@@ -235,3 +235,13 @@ def test_null_means_absent_in_request_bodies(api: Api, project: str) -> None:
     user = api.ok("POST", f"/projects/{project}/members/u-null", {"email": None, "projects": None})
     assert user["email"] == ""
     assert user["projects"][0]["roles"] == []
+
+
+def test_a_nul_in_a_token_or_an_acl_name_is_no_lookup(api: Api, project: str, sub: str) -> None:
+    """Strings no token or user name can hold are refused before the store is asked (FerretDB's
+    PostgreSQL handler cannot even query a NUL character; MongoDB could)."""
+    r = api.as_("abc\x00def").get(f"/projects/{project}")
+    assert error_of(r)["code"] == 401
+    r = api.post(f"/projects/{project}/subscriptions/{sub}:modifyAcl", {"authorized_users": ["a\x00b"]})
+    assert error_of(r)["code"] == 404
+    assert "do not exist" in error_of(r)["message"]
