@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down
+.PHONY: venv run test test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down authn-demo authn-demo-down
 
 venv: $(VENV)/.installed
 
@@ -44,6 +44,14 @@ fmt: venv
 ## Publish and pull throughput on this machine (numbers: docs/benchmarks.md)
 bench: venv
 	$(BIN)/python benchmarks/api_throughput.py
+
+## AuthN on one machine: AMS on 127.0.0.2:443 and `ams authn` on :8443 with a demo CA; argo-ams-library
+## gets a token with a client certificate (needs root for port 443; docs/authn.md)
+authn-demo: venv
+	$(BIN)/python tools/authn_demo.py up
+
+authn-demo-down: venv
+	$(BIN)/python tools/authn_demo.py down
 
 ## Kafka (ZooKeeper mode), ZooKeeper and FerretDB (MongoDB protocol) on loopback (docs/services.md)
 services-install: venv

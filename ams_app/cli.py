@@ -1,4 +1,5 @@
-"""The ``ams`` command: ``serve``, ``push-worker``, ``check-config``, the admin verbs and ``republish``."""
+"""The ``ams`` command: ``serve``, ``authn``, ``push-worker``, ``check-config``, the admin verbs and
+``republish``."""
 
 from __future__ import annotations
 
@@ -39,6 +40,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-cert", help="PEM certificate: serve HTTPS")
     serve.add_argument("--tls-key", help="PEM private key of --tls-cert")
 
+    authn = sub.add_parser("authn", help="run AuthN: client certificates in, AMS tokens out (docs/authn.md)")
+    common(authn)
+
     worker = sub.add_parser("push-worker", help="deliver push subscriptions (backend kafka; ZooKeeper shares them)")
     common(worker)
 
@@ -74,6 +78,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     common(metrics)
     metrics.add_argument("--output", required=True, help="the file to replace atomically, e.g. .../ams.prom")
+
+    bind = verbs.add_parser(
+        "bind-dn", help="bind a certificate's DN on a host to a user, for AuthN (docs/authn.md); print the binding"
+    )
+    common(bind)
+    bind.add_argument("name", help="the binding's name")
+    bind.add_argument("--user", required=True, help="the AMS user whose token the certificate gets")
+    bind.add_argument("--host", required=True, help="the AMS host name the client uses")
+    what = bind.add_mutually_exclusive_group(required=True)
+    what.add_argument("--dn", help="the subject DN, RFC 4514")
+    what.add_argument("--cert", help="a PEM certificate: bind its subject DN")
+    bind.add_argument("--service-type", default="ams", help="created, or given the host, when needed (default ams)")
+
+    hosts = verbs.add_parser(
+        "authn-hosts", help="make these the host names of an AuthN service type (docs/authn.md); says if it changed"
+    )
+    common(hosts)
+    hosts.add_argument("hosts", nargs="+", metavar="HOST", help="a host name clients use for AMS")
+    hosts.add_argument("--service-type", default="ams", help="created when missing (default ams)")
 
     republish = sub.add_parser("republish", help="republish a subscription's messages to topics chosen per message")
     republish.add_argument("config_file", metavar="CONFIG", help="the republisher's YAML file (docs/republisher.md)")
@@ -112,6 +135,14 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
             print(svc.user(args.name).token)
         elif args.verb == "metrics":
             _write_atomically(Path(args.output), svc.prometheus_text(node=False))
+        elif args.verb == "bind-dn":
+            from ams_app.authn.admin import bind_dn
+
+            print(json.dumps(bind_dn(store, args), indent=2))
+        elif args.verb == "authn-hosts":
+            from ams_app.authn.admin import set_hosts
+
+            print(set_hosts(store, args.service_type, args.hosts))
     except AmsError as exc:
         print(f"ams: {exc.message}", file=sys.stderr)
         return 1
@@ -150,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ams_app.serve import serve
 
         return serve(settings)
+    if args.command == "authn":
+        from ams_app.authn.serve import serve_authn
+
+        return serve_authn(settings)
     if args.command == "push-worker":
         from ams_app.push.run import run_worker
 

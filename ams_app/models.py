@@ -82,6 +82,35 @@ class Registration:
 
 
 @dataclass
+class ServiceType:
+    """A service that AuthN hands tokens for (docs/authn.md): its public host names."""
+
+    uuid: str
+    name: str
+    hosts: list[str] = field(default_factory=list)
+    auth_types: list[str] = field(default_factory=lambda: ["x509"])
+    type: str = "ams"
+    created_on: str = ""  # UTC, YYYY-MM-DDTHH:MM:SSZ
+    updated_on: str = ""
+
+
+@dataclass
+class Binding:
+    """A certificate subject DN on one host of a service type, mapped to an AMS user."""
+
+    uuid: str
+    name: str
+    service_uuid: str
+    host: str
+    auth_identifier: str  # the subject DN (RFC 4514 string)
+    unique_key: str  # the AMS user's uuid
+    auth_type: str = "x509"
+    created_on: str = ""  # UTC, YYYY-MM-DDTHH:MM:SSZ
+    updated_on: str = ""
+    last_auth: str = ""
+
+
+@dataclass
 class PushConfig:
     type: str = ""
     push_endpoint: str = ""
@@ -167,6 +196,17 @@ def user_from_doc(doc: dict[str, Any]) -> User:
     doc = dict(doc)
     doc["projects"] = [Membership(**m) for m in doc.get("projects", [])]
     return User(**doc)
+
+
+def service_type_from_doc(doc: dict[str, Any]) -> ServiceType:
+    doc = dict(doc)
+    doc["hosts"] = list(doc.get("hosts", []))
+    doc["auth_types"] = list(doc.get("auth_types", ["x509"]))
+    return ServiceType(**doc)
+
+
+def binding_from_doc(doc: dict[str, Any]) -> Binding:
+    return Binding(**doc)
 
 
 def sub_from_doc(doc: dict[str, Any]) -> Subscription:

@@ -150,6 +150,24 @@ class Settings:
     #: Most push requests per second one worker sends (0: no limit).
     push_max_rate: float = 200.0
 
+    # --- AuthN: certificates in, tokens out (ams authn; docs/authn.md) ---------------------
+    #: Address ``ams authn`` binds.
+    authn_host: str = "127.0.0.1"
+    #: TCP port of ``ams authn`` (HTTPS only).
+    authn_port: int = 8443
+    #: PEM certificate and key of ``ams authn``'s listener (empty: tls_cert and tls_key).
+    authn_tls_cert: str = ""
+    authn_tls_key: str = ""
+    #: PEM bundle of the CAs that client certificates are verified against.
+    authn_ca_file: str = ""
+    #: Directory of CA files (every ``*.pem``; the IGTF layout of /etc/grid-security/certificates).
+    authn_ca_dir: str = ""
+    #: Check client certificates against the CRLs in authn_ca_dir (``*.r0``, ``*.crl.pem``), as
+    #: fetch-crl keeps them; a CA without a CRL there then fails every certificate it issued.
+    authn_check_crls: bool = False
+    #: Most connections ``ams authn`` holds at once.
+    authn_max_connections: int = 200
+
     # --- logging ---------------------------------------------------------------------------
     log_level: str = "INFO"
 
@@ -200,7 +218,24 @@ class Settings:
                 raise SettingsError(f"{name} must be positive")
         if self.push_max_rate < 0:
             raise SettingsError("push_max_rate must not be negative")
+        if not 0 < self.authn_port < 65536:
+            raise SettingsError("authn_port must be between 1 and 65535")
+        if bool(self.authn_tls_cert) != bool(self.authn_tls_key):
+            raise SettingsError("authn_tls_cert and authn_tls_key must be given together")
+        if self.authn_max_connections < 1:
+            raise SettingsError("authn_max_connections must be at least 1")
+        if self.authn_check_crls and not self.authn_ca_dir:
+            raise SettingsError("authn_check_crls needs authn_ca_dir (where the CRLs are)")
         return self
+
+    def authn_problems(self) -> list[str]:
+        """What ``ams authn`` lacks to start (the API server does not need any of it)."""
+        problems = []
+        if not (self.authn_tls_cert or self.tls_cert):
+            problems.append("authn_tls_cert and authn_tls_key (or tls_cert and tls_key): AuthN speaks HTTPS only")
+        if not (self.authn_ca_file or self.authn_ca_dir):
+            problems.append("authn_ca_file or authn_ca_dir: the CAs that client certificates are verified against")
+        return problems
 
     @property
     def consume_root(self) -> str:

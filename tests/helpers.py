@@ -155,13 +155,14 @@ class AmsServer:
         env: dict[str, str] | None = None,
         backend: str = "embedded",
         clock_shift: float = 0.0,
+        listen: tuple[str, int] | None = None,
     ) -> None:
         self.backend = backend
         self.clock_shift = clock_shift  # seconds added to its wall clock (tests/shifted_clock.py)
         self.data_dir = data_dir
         self.tls = tls
         self.token = token
-        self.port = free_port()
+        self.address, self.port = listen or ("127.0.0.1", free_port())
         # no proxy reuses connections here: idle keep-alive connections need no grace at a stop
         self.env = {
             "AMS_PULL_WAIT_SECONDS": "2",
@@ -174,7 +175,7 @@ class AmsServer:
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.address}:{self.port}"
 
     @property
     def url(self) -> str:
@@ -185,7 +186,7 @@ class AmsServer:
         cmd = [sys.executable, "-m", "ams_app", "serve", "--data-dir", str(self.data_dir)]
         if self.clock_shift:
             cmd[1:3] = ["-m", "tests.shifted_clock", str(self.clock_shift), "ams_app"]
-        cmd += ["--host", "127.0.0.1", "--port", str(self.port)]
+        cmd += ["--host", self.address, "--port", str(self.port)]
         if self.tls:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
         env = {**os.environ, "AMS_SERVICE_TOKEN": self.token, **self.env}

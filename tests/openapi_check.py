@@ -1,9 +1,11 @@
-"""Validate HTTP responses of the server against its OpenAPI document (ams_app/openapi.yaml).
+"""Validate HTTP responses of the server against its OpenAPI document (ams_app/openapi.yaml), and
+those of AuthN's listeners against ams_app/authn/openapi.yaml.
 
 How a response is checked:
 
-* Only responses from 127.0.0.1 whose URL path starts with ``/v1/`` are checked; the
-  ``/v1`` prefix is the document's server URL and is stripped.
+* Only responses from 127.0.0.1 and 127.0.0.2 whose URL path starts with ``/v1/`` are checked;
+  the ``/v1`` prefix is the document's server URL and is stripped. A port registered in
+  ``ResponseChecker.others`` (an AuthN listener) is checked against that checker's document.
 * The path (percent-decoded, as Flask routes it) is matched against the document's path
   templates: ``{var}`` matches ``[^/:]+`` and everything else, ``:verbs`` included, is
   literal. When several templates match, the one with the most literal characters wins
@@ -39,13 +41,14 @@ from referencing.jsonschema import DRAFT202012
 
 DOC_URI = "urn:ams:openapi"
 PREFIX = "/v1"
-HOSTS = {"127.0.0.1"}
+HOSTS = {"127.0.0.1", "127.0.0.2"}  # 127.0.0.2: AMS on port 443 for argo-ams-library (tests/api/test_authn.py)
 ERROR_POINTER = "/components/schemas/Error"
 METHODS = ("get", "put", "post", "delete", "patch")
 
 
-def load_document() -> dict[str, Any]:
-    text = resources.files("ams_app").joinpath("openapi.yaml").read_text(encoding="utf-8")
+def load_document(package: str = "ams_app") -> dict[str, Any]:
+    """The OpenAPI document of ``package``: ams_app's (the AMS API) or ams_app.authn's (AuthN)."""
+    text = resources.files(package).joinpath("openapi.yaml").read_text(encoding="utf-8")
     document: dict[str, Any] = yaml.safe_load(text)
     return document
 
@@ -91,6 +94,8 @@ class ResponseChecker:
             (_template(p) for p in document.get("paths", {})), key=lambda t: t.literal, reverse=True
         )
         self.failures: list[Failure] = []
+        #: Ports whose responses another document describes (AuthN's listener), with its checker.
+        self.others: dict[int, ResponseChecker] = {}
         self._lock = threading.Lock()
         self._validators: dict[str, Draft202012Validator] = {}
 
@@ -176,7 +181,8 @@ class ResponseChecker:
         split = urlsplit(url)
         if split.hostname not in HOSTS or not split.path.startswith(PREFIX + "/"):
             return
-        problem = self.problem(method, url, status, content_type, body)
+        other = self.others.get(split.port or 443)
+        problem = (other or self).problem(method, url, status, content_type, body)
         if problem is not None:
             shown = body[:2000].decode("utf-8", "replace")
             with self._lock:

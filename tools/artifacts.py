@@ -30,7 +30,10 @@ target         what                                                        role 
                the test inventory's haproxy; ``multinode.pem`` /
                ``multinode.key``, the same CA's certificate for the
                multi-host scenario's haproxy (lb1) and the test host's
-               bridge address (inventories/multinode)
+               bridge address (inventories/multinode); ``authn-ca.pem``
+               / ``authn-ca.key``, a second throwaway CA that the
+               scenario's ``ams authn`` trusts and its tests issue client
+               certificates from (``ams_authn_ca_src``)
 =============  ==========================================================  =========================
 
 Each target is skipped while its output is up to date (``wheels`` always rebuilds the project's
@@ -53,6 +56,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
+import pki
 import services
 import spark_cluster
 import toolkit
@@ -308,6 +312,10 @@ def build_tls() -> Path:
     files = services.make_tls(TLS_DIR)
     say(f"{TLS_DIR.relative_to(ROOT)}: a test CA ({files.ca.name}) and a certificate for 127.0.0.1 and localhost")
     issue_certificate(TLS_DIR, "multinode", MULTINODE_SANS)
+    if not (TLS_DIR / "authn-ca.pem").exists() or not (TLS_DIR / "authn-ca.key").exists():
+        pki.new_ca("AMS multinode AuthN test CA").write(TLS_DIR, "authn-ca")
+        (TLS_DIR / "authn-ca.key").chmod(0o600)
+        say(f"{TLS_DIR.relative_to(ROOT)}: authn-ca.pem, the CA of the multi-host scenario's client certificates")
     return TLS_DIR
 
 

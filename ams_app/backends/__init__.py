@@ -31,3 +31,19 @@ def open_backends(settings: Settings) -> tuple[MetadataStore, MessageLog]:
         )
         return store, log
     raise ValueError(f"unknown backend {settings.backend!r}")
+
+
+def open_metadata_store(settings: Settings) -> MetadataStore:
+    """Only the metadata store of the settings' backend (``ams authn`` needs no message log)."""
+    if settings.backend == "embedded":
+        import os
+
+        from ams_app.backends.sqlite.store import SqliteMetadataStore
+
+        os.makedirs(settings.data_dir, mode=0o700, exist_ok=True)
+        return SqliteMetadataStore(os.path.join(settings.data_dir, "metadata.db"))
+    if settings.backend == "kafka":
+        from ams_app.backends.mongo.store import MongoMetadataStore
+
+        return MongoMetadataStore(settings.mongo_uri, settings.mongo_database, settings.kafka_timeout_seconds)
+    raise ValueError(f"unknown backend {settings.backend!r}")

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Generic, NamedTuple, Protocol, TypeVar
+from typing import Generic, Literal, NamedTuple, Protocol, TypeVar
 
-from ams_app.models import Cursor, Project, Registration, Schema, Subscription, Topic, Usage, UsageBatch, User
+from ams_app.models import (
+    Binding,
+    Cursor,
+    Project,
+    Registration,
+    Schema,
+    ServiceType,
+    Subscription,
+    Topic,
+    Usage,
+    UsageBatch,
+    User,
+)
 
 T = TypeVar("T")
 
@@ -21,6 +33,15 @@ class Page(Generic[T]):
     items: list[T]
     next_page_token: str
     total_size: int
+
+
+#: The outcome of writing a binding: written, or which uniqueness rule it broke, or the binding to change is gone.
+BindingWrite = Literal["ok", "name", "auth_identifier", "missing"]
+
+
+def binding_identifiers(auth_identifiers: Sequence[str]) -> list[str]:
+    """The spellings ``find_binding`` looks for: a lone string is one DN, not its characters."""
+    return [auth_identifiers] if isinstance(auth_identifiers, str) else list(auth_identifiers)
 
 
 class DailyUsage(NamedTuple):
@@ -135,6 +156,59 @@ class MetadataStore(Protocol):
     def list_registrations(self, filters: dict[str, str]) -> list[Registration]: ...
     def update_registration(self, registration: Registration) -> bool: ...
     def delete_registration(self, uuid: str) -> bool: ...
+
+    # --- AuthN: service types and bindings (docs/authn.md) ---
+    def create_service_type(self, service_type: ServiceType) -> bool:
+        """False: the name is taken."""
+        ...
+
+    def get_service_type(self, *, name: str | None = None, uuid: str | None = None) -> ServiceType | None:
+        """The service type of that name, else of that uuid; None when there is none."""
+        ...
+
+    def list_service_types(self) -> list[ServiceType]:
+        """Every service type, in creation order."""
+        ...
+
+    def update_service_type(self, service_type: ServiceType) -> bool:
+        """Replace the one of that uuid; False: another one has the name, or there is none."""
+        ...
+
+    def delete_service_type(self, uuid: str) -> bool:
+        """Delete it and every binding of it; False: there was none."""
+        ...
+
+    def create_binding(self, binding: Binding) -> BindingWrite:
+        """Insert it: "ok", or the rule broken: "name" (checked first), else "auth_identifier"."""
+        ...
+
+    def get_binding(self, name: str) -> Binding | None:
+        """The binding of that name; None when there is none."""
+        ...
+
+    def list_bindings(
+        self, service_uuid: str | None, host: str | None, page_size: int, page_token: str
+    ) -> Page[Binding]:
+        """Oldest first, of one service type and/or host when given; pages as ``list_users``."""
+        ...
+
+    def find_binding(
+        self, service_uuid: str, host: str, auth_identifiers: Sequence[str], auth_type: str = "x509"
+    ) -> Binding | None:
+        """The binding whose DN is, byte for byte, any of ``auth_identifiers`` (one DN's spellings)."""
+        ...
+
+    def update_binding(self, name: str, binding: Binding) -> BindingWrite:
+        """Replace the binding called ``name`` (renames it; keeps uuid, created_on); "missing": none."""
+        ...
+
+    def delete_binding(self, name: str) -> bool:
+        """False: there was none of that name."""
+        ...
+
+    def record_binding_use(self, uuid: str, when: str) -> None:
+        """Set the binding's last_auth to ``when``; nothing when there is no such binding."""
+        ...
 
     # usage counters and operational metrics
     def add_usage(self, batch: UsageBatch) -> None:

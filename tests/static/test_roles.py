@@ -176,6 +176,13 @@ def test_production_inventory_computes_the_topology() -> None:
     assert _templated(inventory, "spark1.example.org", "spark_jobs_enabled", vault) is True
 
 
+def test_multinode_inventory_passes_authn_through_to_every_node() -> None:
+    """haproxy's AuthN passthrough lists every AMS node's ams authn (molecule/multinode)."""
+    servers = _templated("inventories/multinode/hosts.yml", "lb1", "haproxy_authn_servers", [])
+    assert servers == [{"name": f"ams{i}", "address": f"ams{i}", "port": 8443} for i in (1, 2, 3)]
+    assert _templated("inventories/multinode/hosts.yml", "ams1", "ams_authn_hosts", []) == ["lb1", "172.31.213.10"]
+
+
 def _local_playbook(playbook: Path) -> list[str]:
     """ansible-playbook on this machine, with the interpreter running the tests; the platform check is
     skipped (this machine need not run systemd)."""
@@ -191,6 +198,18 @@ def _local_playbook(playbook: Path) -> list[str]:
         ({"ams_push_worker_service": True}, "ams_push_worker_service needs backend kafka"),
         ({"ams_republishers": [{"name": "a.b", "config": {}}]}, "unique name of letters"),
         ({"ams_wheelhouse_src": "/nonexistent/wheels.tar"}, "must be a .tar of wheels on the controller"),
+        ({"ams_consume_owner": True}, "ams_consume_owner needs backend kafka"),
+        ({"ams_authn_enabled": True}, "ams_authn_enabled needs ams_authn_tls_certificate_src"),
+        (
+            {
+                "ams_authn_enabled": True,
+                "ams_authn_tls_certificate_src": "c.pem",
+                "ams_authn_tls_key_src": "k.pem",
+                "ams_authn_ca_dir": "/etc/grid-security/certificates",
+                "ams_authn_port": 8080,
+            },
+            "a TCP port other than the API's",
+        ),
     ],
 )
 def test_ams_preflight_refuses_bad_inputs(tmp_path: Path, variables: dict[str, Any], message: str) -> None:

@@ -8,8 +8,9 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-#: Documents that were the team's references while building, not part of what we ship.
-_FOREIGN = re.compile(r"ams-api\.md|house[ -]style|\.\./shared/|authn\.md")
+#: Documents that were the team's references while building, not part of what we ship. The
+#: project's own docs/authn.md may be named (as docs/authn.md, or as a link within docs/).
+_FOREIGN = re.compile(r"ams-api\.md|house[ -]style|\.\./shared/|(?<!docs/)(?<![(\[])authn\.md")
 _DOC = re.compile(r"\bdocs/([A-Za-z0-9_-]+\.md)")
 
 

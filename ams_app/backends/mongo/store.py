@@ -1,10 +1,11 @@
 """MetadataStore on MongoDB.
 
 Collections mirror the embedded store's tables: one document per project, user, topic,
-subscription, schema and registration (ACLs and memberships embedded as arrays), plus usage
-counters. Every change is one atomic document operation; a subscription's cursor changes only
-through a compare-and-swap on its ``version``, so many stateless nodes can serve one
-subscription without losing an ack or advancing twice. Indexes match the API's queries.
+subscription, schema, registration, AuthN service type and binding (ACLs and memberships
+embedded as arrays), plus usage counters. Every change is one atomic document operation; a
+subscription's cursor changes only through a compare-and-swap on its ``version``, so many
+stateless nodes can serve one subscription without losing an ack or advancing twice. Indexes
+match the API's queries.
 
 A subscription's cursor changes through an insert, not an update: each version of the cursor
 is an immutable document keyed uniquely by (cursor_id, version), and moving from version v to
@@ -25,11 +26,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import threading
 import time
 import uuid as uuidlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from bson import ObjectId
@@ -39,27 +41,33 @@ from pymongo.collection import Collection
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
 from ams_app.backends.store import (
+    BindingWrite,
     DailyKey,
     DailyUsage,
     InvalidPageToken,
     Page,
+    binding_identifiers,
     daily_series,
     merge_daily,
     project_totals,
     utc_today,
 )
 from ams_app.models import (
+    Binding,
     Cursor,
     Project,
     Registration,
     Schema,
+    ServiceType,
     Subscription,
     Topic,
     Usage,
     UsageBatch,
     User,
+    binding_from_doc,
     cursor_from_doc,
     cursor_to_doc,
+    service_type_from_doc,
     sub_from_doc,
     to_doc,
     user_from_doc,
@@ -72,6 +80,7 @@ _STALE_SECONDS = 10.0
 _KEEP_SECONDS = 30.0
 _GC_EVERY = 32  # versions between two clean-ups of a cursor
 _TIDY_EVERY_SECONDS = 5.0  # how often quiet cursors are looked for
+_BINDING_WRITES = 3  # tries of a binding write whose conflicting binding vanished before it was found
 
 _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
     "projects": [([("uuid", ASCENDING)], True), ([("name", ASCENDING)], True)],
@@ -89,6 +98,21 @@ _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
     ],
     "schemas": [([("project_uuid", ASCENDING), ("name", ASCENDING)], True), ([("uuid", ASCENDING)], True)],
     "registrations": [([("uuid", ASCENDING)], True)],
+    # AuthN (docs/authn.md); the bindings' DN index is also find_binding's
+    "authn_service_types": [([("uuid", ASCENDING)], True), ([("name", ASCENDING)], True)],
+    "authn_bindings": [
+        ([("uuid", ASCENDING)], True),
+        ([("name", ASCENDING)], True),
+        (
+            [
+                ("service_uuid", ASCENDING),
+                ("host", ASCENDING),
+                ("auth_type", ASCENDING),
+                ("auth_identifier", ASCENDING),
+            ],
+            True,
+        ),
+    ],
     "cursors": [([("cursor_id", ASCENDING), ("version", ASCENDING)], True)],
     "usage": [([("kind", ASCENDING), ("project_uuid", ASCENDING), ("name", ASCENDING)], True)],
     "daily_messages": [
@@ -104,10 +128,22 @@ _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
 }
 
 
+#: How FerretDB words a unique index's refusal of an update: its SQLite handler passes SQLite's
+#: message on, its PostgreSQL handler PostgreSQL's (SQLSTATE 23505, unique_violation).
+_DUPLICATE_MESSAGES = ("UNIQUE constraint failed", "duplicate key value violates unique constraint")
+
+
 def _duplicate(exc: OperationFailure) -> bool:
-    """A unique index refused the write: MongoDB says DuplicateKeyError (11000); FerretDB on
-    SQLite reports a failed update as a generic error carrying SQLite's constraint message."""
-    return isinstance(exc, DuplicateKeyError) or exc.code == 11000 or "UNIQUE constraint failed" in str(exc)
+    """A unique index refused the write: MongoDB says DuplicateKeyError (11000); FerretDB
+    reports a failed update as a generic error carrying its SQL backend's constraint message."""
+    return isinstance(exc, DuplicateKeyError) or exc.code == 11000 or any(m in str(exc) for m in _DUPLICATE_MESSAGES)
+
+
+def unstorable_text(exc: OperationFailure) -> bool:
+    """The store refused a string it cannot hold: FerretDB's PostgreSQL handler keeps documents as
+    PostgreSQL jsonb, which has no NUL character (SQLSTATE 22P05), whether in a value to write or
+    in a query. MongoDB holds any string; this is the tests' stand-in's limit."""
+    return "SQLSTATE 22P05" in str(exc)
 
 
 def _strip(doc: Doc | None) -> Doc | None:
@@ -215,13 +251,23 @@ class MongoMetadataStore:
                 return False
             raise
 
-    def _page(self, name: str, query: Doc, page_size: int, page_token: str, build: Callable[[Doc], T]) -> Page[T]:
+    def _page(
+        self,
+        name: str,
+        query: Doc,
+        page_size: int,
+        page_token: str,
+        build: Callable[[Doc], T],
+        oldest_first: bool = False,
+    ) -> Page[T]:
+        """A page of the documents ``query`` selects, newest first (or oldest first); a page
+        token is the _id of the first document of its page."""
         collection = self._c(name)
         total = collection.count_documents(query)
         find = dict(query)
         if page_token:
-            find["_id"] = {"$lte": _decode_token(page_token)}
-        cursor = collection.find(find).sort("_id", DESCENDING)
+            find["_id"] = {"$gte" if oldest_first else "$lte": _decode_token(page_token)}
+        cursor = collection.find(find).sort("_id", ASCENDING if oldest_first else DESCENDING)
         if page_size > 0:
             cursor = cursor.limit(page_size + 1)
         docs = list(cursor)
@@ -397,6 +443,114 @@ class MongoMetadataStore:
 
     def delete_registration(self, uuid: str) -> bool:
         return self._c("registrations").delete_one({"uuid": uuid}).deleted_count > 0
+
+    # --- AuthN: service types and bindings -------------------------------------------------
+    def create_service_type(self, service_type: ServiceType) -> bool:
+        return self._insert(self._c("authn_service_types"), to_doc(service_type))
+
+    def get_service_type(self, *, name: str | None = None, uuid: str | None = None) -> ServiceType | None:
+        query = {"name": name} if name is not None else {"uuid": uuid}
+        doc = _strip(self._c("authn_service_types").find_one(query))
+        return service_type_from_doc(doc) if doc else None
+
+    def list_service_types(self) -> list[ServiceType]:
+        docs = self._c("authn_service_types").find().sort("_id", ASCENDING)
+        return [service_type_from_doc(_strip(d) or {}) for d in docs]
+
+    def update_service_type(self, service_type: ServiceType) -> bool:
+        return self._replace(self._c("authn_service_types"), {"uuid": service_type.uuid}, to_doc(service_type))
+
+    def delete_service_type(self, uuid: str) -> bool:
+        # the bindings first: a delete cut short leaves the service type, to be deleted again
+        self._c("authn_bindings").delete_many({"service_uuid": uuid})
+        return self._c("authn_service_types").delete_one({"uuid": uuid}).deleted_count > 0
+
+    def _binding_conflict(self, binding: Binding, other_than: str | None) -> BindingWrite | None:
+        """After a unique index refused ``binding``: which rule, against a binding other than
+        the one of uuid ``other_than`` (the one an update rewrites); the name first. None:
+        neither (the conflicting binding is gone meanwhile, or the uuid is taken)."""
+        others: Doc = {} if other_than is None else {"uuid": {"$ne": other_than}}
+        bindings = self._c("authn_bindings")
+        if bindings.find_one({"name": binding.name} | others, {"_id": 1}):
+            return "name"
+        dn = {
+            "service_uuid": binding.service_uuid,
+            "host": binding.host,
+            "auth_type": binding.auth_type,
+            "auth_identifier": binding.auth_identifier,
+        }
+        if bindings.find_one(dn | others, {"_id": 1}):
+            return "auth_identifier"
+        return None
+
+    def _write_binding(self, write: Callable[[], bool], binding: Binding, other_than: str | None) -> BindingWrite:
+        """``write`` (False: the binding to replace is gone), and on a duplicate key the rule it
+        broke. The unique indexes decide; the look that names the rule comes after, so when the
+        binding it collided with has gone by then, the write is tried again."""
+        for attempt in range(_BINDING_WRITES):
+            try:
+                return "ok" if write() else "missing"
+            except OperationFailure as exc:
+                if not _duplicate(exc):
+                    raise
+                conflict = self._binding_conflict(binding, other_than)
+                if conflict is not None:
+                    return conflict
+                if attempt == _BINDING_WRITES - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def create_binding(self, binding: Binding) -> BindingWrite:
+        def write() -> bool:
+            self._c("authn_bindings").insert_one(to_doc(binding))
+            return True
+
+        return self._write_binding(write, binding, None)
+
+    def get_binding(self, name: str) -> Binding | None:
+        doc = _strip(self._c("authn_bindings").find_one({"name": name}))
+        return binding_from_doc(doc) if doc else None
+
+    def list_bindings(
+        self, service_uuid: str | None, host: str | None, page_size: int, page_token: str
+    ) -> Page[Binding]:
+        query: Doc = {}
+        if service_uuid is not None:
+            query["service_uuid"] = service_uuid
+        if host is not None:
+            query["host"] = host
+        return self._page(
+            "authn_bindings", query, page_size, page_token, lambda d: binding_from_doc(_strip(d) or {}), True
+        )
+
+    def find_binding(
+        self, service_uuid: str, host: str, auth_identifiers: Sequence[str], auth_type: str = "x509"
+    ) -> Binding | None:
+        dns = binding_identifiers(auth_identifiers)
+        if not dns:
+            return None
+        query = {"service_uuid": service_uuid, "host": host, "auth_type": auth_type, "auth_identifier": {"$in": dns}}
+        doc = _strip(self._c("authn_bindings").find_one(query, sort=[("_id", ASCENDING)]))
+        return binding_from_doc(doc) if doc else None
+
+    def update_binding(self, name: str, binding: Binding) -> BindingWrite:
+        stored = self._c("authn_bindings").find_one({"name": name}, {"uuid": 1, "created_on": 1})
+        if stored is None:
+            return "missing"
+        new = dataclasses.replace(binding, uuid=stored["uuid"], created_on=stored.get("created_on", ""))
+
+        def write() -> bool:
+            # still called `name`: renamed meanwhile, it is gone as far as this update goes
+            query = {"uuid": new.uuid, "name": name}
+            return self._c("authn_bindings").replace_one(query, to_doc(new)).matched_count > 0
+
+        return self._write_binding(write, new, new.uuid)
+
+    def delete_binding(self, name: str) -> bool:
+        return self._c("authn_bindings").delete_one({"name": name}).deleted_count > 0
+
+    def record_binding_use(self, uuid: str, when: str) -> None:
+        self._c("authn_bindings").update_one({"uuid": uuid}, {"$set": {"last_auth": when}})
 
     # --- usage and operational metrics ----------------------------------------------------
     def add_usage(self, batch: UsageBatch) -> None:

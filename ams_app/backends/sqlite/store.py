@@ -4,34 +4,41 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from ams_app.backends.sqlite.db import SqliteDb
 from ams_app.backends.store import (
+    BindingWrite,
     DailyKey,
     DailyUsage,
     InvalidPageToken,
     Page,
+    binding_identifiers,
     daily_series,
     merge_daily,
     project_totals,
     utc_today,
 )
 from ams_app.models import (
+    Binding,
     Cursor,
     Project,
     Registration,
     Schema,
+    ServiceType,
     Subscription,
     Topic,
     Usage,
     UsageBatch,
     User,
+    binding_from_doc,
     cursor_from_doc,
     cursor_to_doc,
+    service_type_from_doc,
     sub_from_doc,
     to_doc,
     user_from_doc,
@@ -129,6 +136,24 @@ CREATE TABLE IF NOT EXISTS registrations (
     uuid TEXT NOT NULL UNIQUE,
     doc TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS authn_service_types (  -- AuthN (docs/authn.md)
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    uuid TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL UNIQUE,
+    doc TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS authn_bindings (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    uuid TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL UNIQUE,
+    service_uuid TEXT NOT NULL,
+    host TEXT NOT NULL,
+    auth_type TEXT NOT NULL,
+    auth_identifier TEXT NOT NULL,  -- the subject DN, compared byte for byte (BINARY)
+    doc TEXT NOT NULL,
+    -- its index is find_binding's (and list_bindings' on a service type): no second one
+    UNIQUE (service_uuid, host, auth_type, auth_identifier)
+);
 """
 
 
@@ -158,14 +183,17 @@ def _page(
     page_size: int,
     page_token: str,
     build: Callable[[sqlite3.Row | tuple[Any, ...]], T],
+    oldest_first: bool = False,
 ) -> Page[T]:
+    """A page of the rows ``where`` selects, newest first (or oldest first); a page token is the
+    seq of the first row of its page."""
     total = conn.execute(f"SELECT COUNT(*) FROM {table} t WHERE {where}", args).fetchone()[0]
     query = f"SELECT t.seq, t.doc FROM {table} t WHERE {where}"
     qargs = list(args)
     if page_token:
-        query += " AND t.seq <= ?"
+        query += " AND t.seq >= ?" if oldest_first else " AND t.seq <= ?"
         qargs.append(_decode_token(page_token))
-    query += " ORDER BY t.seq DESC"
+    query += " ORDER BY t.seq" if oldest_first else " ORDER BY t.seq DESC"
     if page_size > 0:
         query += " LIMIT ?"
         qargs.append(page_size + 1)
@@ -580,6 +608,173 @@ class SqliteMetadataStore:
 
     def delete_registration(self, uuid: str) -> bool:
         return self.db.run(lambda c: c.execute("DELETE FROM registrations WHERE uuid=?", (uuid,)).rowcount) > 0
+
+    # --- AuthN: service types and bindings ---------------------------------------------------
+    def create_service_type(self, service_type: ServiceType) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                conn.execute(
+                    "INSERT INTO authn_service_types (uuid, name, doc) VALUES (?,?,?)",
+                    (service_type.uuid, service_type.name, _dump(to_doc(service_type))),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return True
+
+        return self.db.run(tx)
+
+    def get_service_type(self, *, name: str | None = None, uuid: str | None = None) -> ServiceType | None:
+        column, value = ("name", name) if name is not None else ("uuid", uuid)
+        row = self.db.read(
+            lambda c: c.execute(f"SELECT doc FROM authn_service_types WHERE {column}=?", (value,)).fetchone()
+        )
+        return service_type_from_doc(json.loads(row[0])) if row else None
+
+    def list_service_types(self) -> list[ServiceType]:
+        rows = self.db.read(lambda c: c.execute("SELECT doc FROM authn_service_types ORDER BY seq").fetchall())
+        return [service_type_from_doc(json.loads(r[0])) for r in rows]
+
+    def update_service_type(self, service_type: ServiceType) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            try:
+                cur = conn.execute(
+                    "UPDATE authn_service_types SET name=?, doc=? WHERE uuid=?",
+                    (service_type.name, _dump(to_doc(service_type)), service_type.uuid),
+                )
+            except sqlite3.IntegrityError:
+                return False
+            return cur.rowcount > 0
+
+        return self.db.run(tx)
+
+    def delete_service_type(self, uuid: str) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            conn.execute("DELETE FROM authn_bindings WHERE service_uuid=?", (uuid,))
+            return conn.execute("DELETE FROM authn_service_types WHERE uuid=?", (uuid,)).rowcount > 0
+
+        return self.db.run(tx)
+
+    @staticmethod
+    def _binding_row(binding: Binding) -> tuple[str, ...]:
+        """(name, service_uuid, host, auth_type, auth_identifier, doc): the columns a write sets."""
+        return (
+            binding.name,
+            binding.service_uuid,
+            binding.host,
+            binding.auth_type,
+            binding.auth_identifier,
+            _dump(to_doc(binding)),
+        )
+
+    @staticmethod
+    def _binding_conflict(conn: sqlite3.Connection, binding: Binding, other_than: int) -> BindingWrite | None:
+        """After a UNIQUE constraint refused ``binding``: which rule, against a row other than
+        seq ``other_than`` (the one an update rewrites); the name first. None: neither (its uuid
+        is taken, no outcome of the contract)."""
+        if conn.execute("SELECT 1 FROM authn_bindings WHERE name=? AND seq!=?", (binding.name, other_than)).fetchone():
+            return "name"
+        if conn.execute(
+            "SELECT 1 FROM authn_bindings WHERE service_uuid=? AND host=? AND auth_type=? AND auth_identifier=?"
+            " AND seq!=?",
+            (binding.service_uuid, binding.host, binding.auth_type, binding.auth_identifier, other_than),
+        ).fetchone():
+            return "auth_identifier"
+        return None
+
+    def create_binding(self, binding: Binding) -> BindingWrite:
+        def tx(conn: sqlite3.Connection) -> BindingWrite:
+            try:
+                conn.execute(
+                    "INSERT INTO authn_bindings (uuid, name, service_uuid, host, auth_type, auth_identifier, doc)"
+                    " VALUES (?,?,?,?,?,?,?)",
+                    (binding.uuid, *self._binding_row(binding)),
+                )
+            except sqlite3.IntegrityError:
+                conflict = self._binding_conflict(conn, binding, 0)  # seq starts at 1: no row is 0
+                if conflict is None:
+                    raise
+                return conflict
+            return "ok"
+
+        return self.db.run(tx)
+
+    def get_binding(self, name: str) -> Binding | None:
+        row = self.db.read(lambda c: c.execute("SELECT doc FROM authn_bindings WHERE name=?", (name,)).fetchone())
+        return binding_from_doc(json.loads(row[0])) if row else None
+
+    def list_bindings(
+        self, service_uuid: str | None, host: str | None, page_size: int, page_token: str
+    ) -> Page[Binding]:
+        clauses, args = ["1=1"], []
+        if service_uuid is not None:
+            clauses.append("t.service_uuid=?")
+            args.append(service_uuid)
+        if host is not None:
+            clauses.append("t.host=?")
+            args.append(host)
+        where = " AND ".join(clauses)
+        return self.db.read(
+            lambda c: _page(
+                c,
+                "authn_bindings",
+                where,
+                args,
+                page_size,
+                page_token,
+                lambda r: binding_from_doc(json.loads(r[1])),
+                oldest_first=True,
+            )
+        )
+
+    def find_binding(
+        self, service_uuid: str, host: str, auth_identifiers: Sequence[str], auth_type: str = "x509"
+    ) -> Binding | None:
+        dns = binding_identifiers(auth_identifiers)
+        if not dns:
+            return None
+        marks = ",".join("?" * len(dns))
+        row = self.db.read(
+            lambda c: c.execute(
+                "SELECT doc FROM authn_bindings WHERE service_uuid=? AND host=? AND auth_type=?"
+                f" AND auth_identifier IN ({marks}) ORDER BY seq LIMIT 1",
+                [service_uuid, host, auth_type, *dns],
+            ).fetchone()
+        )
+        return binding_from_doc(json.loads(row[0])) if row else None
+
+    def update_binding(self, name: str, binding: Binding) -> BindingWrite:
+        def tx(conn: sqlite3.Connection) -> BindingWrite:
+            row = conn.execute("SELECT seq, doc FROM authn_bindings WHERE name=?", (name,)).fetchone()
+            if row is None:
+                return "missing"
+            seq, stored = row[0], binding_from_doc(json.loads(row[1]))
+            new = dataclasses.replace(binding, uuid=stored.uuid, created_on=stored.created_on)
+            try:
+                conn.execute(
+                    "UPDATE authn_bindings SET name=?, service_uuid=?, host=?, auth_type=?, auth_identifier=?, doc=?"
+                    " WHERE seq=?",
+                    (*self._binding_row(new), seq),
+                )
+            except sqlite3.IntegrityError:
+                conflict = self._binding_conflict(conn, new, seq)
+                if conflict is None:
+                    raise
+                return conflict
+            return "ok"
+
+        return self.db.run(tx)
+
+    def delete_binding(self, name: str) -> bool:
+        return self.db.run(lambda c: c.execute("DELETE FROM authn_bindings WHERE name=?", (name,)).rowcount) > 0
+
+    def record_binding_use(self, uuid: str, when: str) -> None:
+        def tx(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT seq, doc FROM authn_bindings WHERE uuid=?", (uuid,)).fetchone()
+            if row:
+                doc = json.loads(row[1]) | {"last_auth": when}
+                conn.execute("UPDATE authn_bindings SET doc=? WHERE seq=?", (_dump(doc), row[0]))
+
+        self.db.run(tx)
 
     # --- usage and operational metrics ------------------------------------------------------
     def add_usage(self, batch: UsageBatch) -> None:

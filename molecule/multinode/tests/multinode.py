@@ -181,8 +181,9 @@ def kafka_metadata(brokers: list[str] | None = None) -> Any:
 
 
 # ---------------------------------------------------------------------- haproxy ----------------
-def haproxy_servers() -> dict[str, str]:
-    """Each AMS node's operational state in haproxy: UP, DOWN, DRAIN, MAINT (``show stat``)."""
+def haproxy_servers(authn: bool = False) -> dict[str, str]:
+    """Each AMS node's operational state in haproxy: UP, DOWN, DRAIN, MAINT (``show stat``), in
+    its API backends, or with ``authn`` in the backend of its ``ams authn``."""
     out = host(LB).run(f"echo 'show stat' | socat stdio {HAPROXY_SOCKET}")
     assert out.rc == 0, out.stderr
     header: list[str] = []
@@ -192,6 +193,8 @@ def haproxy_servers() -> dict[str, str]:
             header = line[2:].split(",")
             continue
         row = dict(zip(header, line.split(","), strict=False))
+        if row.get("pxname", "").endswith("_authn") != authn:
+            continue
         if row.get("svname") in GROUPS["ams"]:
             states[row["svname"]] = row["status"]
     return states

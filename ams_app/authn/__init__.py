@@ -1,0 +1,1 @@
+"""AuthN: client certificates mapped to AMS users and their tokens (``ams authn``)."""
