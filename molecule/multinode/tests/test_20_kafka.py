@@ -50,7 +50,18 @@ def api() -> Api:
     client.call("POST", f"/projects/{PROJECT}", {"description": "molecule multinode"}, ok=(200, 409))
     # the previous test took a broker's host away and back
     wait_until(fully_replicated, "3 brokers and no under-replicated partition", timeout=300)
+    # and the ZooKeeper tests moved the controller: until it has told every broker, a new topic's
+    # leader may answer "not leader" for longer than a request waits (a 503 that says retry)
+    wait_until(lambda: a_new_topic_serves(client), "a new topic and a subscription to it", timeout=300, every=2)
     return client
+
+
+def a_new_topic_serves(client: Api) -> bool:
+    topic = unique("probe")
+    if client.request("PUT", f"/projects/{PROJECT}/topics/{topic}").status_code != 200:
+        return False
+    body = {"topic": f"projects/{PROJECT}/topics/{topic}"}
+    return client.request("PUT", f"/projects/{PROJECT}/subscriptions/{unique('probe')}", body).status_code == 200
 
 
 @pytest.mark.parametrize("broker", BROKERS)
