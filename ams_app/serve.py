@@ -60,6 +60,9 @@ class _SlowClient(Exception):
 
 #: A refused body's rest is read and dropped for at most this long, then the connection closes.
 _LINGER_SECONDS = 5.0
+#: ... and up to the body limit, but never less than this: with a small limit (ams authn's 64 KB)
+#: a client still sending a body a little over it would otherwise meet a reset, not the 413.
+_LINGER_MIN_BYTES = 1024 * 1024
 
 
 class _Unread:
@@ -156,7 +159,7 @@ class Handler(WSGIHandler):  # type: ignore[misc]
         self.close_connection = True
         with contextlib.suppress(OSError):
             self.socket.sendall(answer)
-        _Unread(self.rfile, self.server.max_body if linger else 0)._discard()
+        _Unread(self.rfile, max(self.server.max_body, _LINGER_MIN_BYTES) if linger else 0)._discard()
         self.wsgi_input = _Unread()
 
     def _read_body(self) -> bool:
@@ -170,7 +173,7 @@ class Handler(WSGIHandler):  # type: ignore[misc]
             return True
         if not chunked and length > limit:  # the app answers 413 without reading it
             self.close_connection = True
-            self.wsgi_input = _Unread(self.rfile, limit)
+            self.wsgi_input = _Unread(self.rfile, max(limit, _LINGER_MIN_BYTES))
             return True
         wanted = limit + 1 if chunked else length
         source: Any = self.wsgi_input
