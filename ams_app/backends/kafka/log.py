@@ -236,6 +236,9 @@ class KafkaMessageLog:
         )
         self._admin = AdminClient(base)
         self._pool = ThreadPool(threads)
+        # the health check's own thread: a ping queued behind busy pool threads (reads that wait
+        # out a leader election, for instance) would time out and call a working broker down
+        self._ping_pool = ThreadPool(1)
         self._consumers: list[Consumer] = []
         # taken only inside the pool's OS threads: a real lock, not the greenlet lock that
         # monkey-patching puts in threading (one of those left a pool thread waiting for ever)
@@ -281,7 +284,10 @@ class KafkaMessageLog:
         self._discarded.add(id(consumer))
 
     def ping(self) -> None:
-        self._run(lambda: self._admin.list_topics(timeout=min(self.timeout, 5)))
+        try:
+            self._ping_pool.apply(lambda: self._admin.list_topics(timeout=min(self.timeout, 5)))
+        except (KafkaException, TimeoutError, RuntimeError) as exc:
+            raise _backend_error(exc) from exc
 
     def close(self) -> None:
         self._notifier.wake_all()
@@ -301,6 +307,7 @@ class KafkaMessageLog:
             self._pool.apply(shut)
         finally:
             self._pool.kill()
+            self._ping_pool.kill()
 
     # ----------------------------------------------------------------- topics ---------------
     def create_topic(self, key: str) -> None:
