@@ -12,6 +12,7 @@ import signal  # noqa: E402
 
 import gevent  # noqa: E402
 from gevent.pool import Pool  # noqa: E402
+from OpenSSL import SSL  # noqa: E402
 
 import ams_app.serve as ams_serve  # noqa: E402
 from ams_app.authn.app import MAX_BODY, create_authn_app  # noqa: E402
@@ -31,12 +32,16 @@ def serve_authn(settings: Settings) -> int:
         for problem in problems:
             log.error("ams authn needs %s", problem)
         return 2
-    trust = TrustStore(settings.authn_ca_file, settings.authn_ca_dir, settings.authn_check_crls)
+    try:
+        trust = TrustStore(settings.authn_ca_file, settings.authn_ca_dir, settings.authn_check_crls)
+        context = PeerCertContext(
+            settings.authn_tls_cert or settings.tls_cert or "", settings.authn_tls_key or settings.tls_key or ""
+        )
+    except (OSError, ValueError, SSL.Error) as exc:  # a missing CA file, a certificate that does not load
+        log.error("ams authn cannot start: %s", exc)
+        return 2
     store = open_metadata_store(settings)
     app = create_authn_app(AuthnService(store, trust, settings.service_token))
-    context = PeerCertContext(
-        settings.authn_tls_cert or settings.tls_cert or "", settings.authn_tls_key or settings.tls_key or ""
-    )
     server = ams_serve.Server(
         (settings.authn_host, settings.authn_port),
         app,

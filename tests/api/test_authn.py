@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -465,3 +466,27 @@ def test_ams_admin_authn_hosts_sets_a_service_types_hosts_and_says_if_it_changed
     shown = authn.admin(api.token).get(f"/service-types/{name}").json()
     assert shown["hosts"] == ["b.example.org"]
     assert authn.admin(api.token).delete(f"/service-types/{name}").status_code == 204
+
+
+def test_ams_authn_refuses_to_start_without_what_it_needs(tmp_path: Path) -> None:
+    """Exit 2 with the reason (systemd does not restart it: RestartPreventExitStatus=2)."""
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a certificate\n")
+    cases = [
+        ({}, "needs authn_tls_cert and authn_tls_key"),
+        ({"AMS_AUTHN_TLS_CERT": str(bad), "AMS_AUTHN_TLS_KEY": str(bad)}, "needs authn_ca_file or authn_ca_dir"),
+        (
+            {"AMS_AUTHN_TLS_CERT": str(bad), "AMS_AUTHN_TLS_KEY": str(bad), "AMS_AUTHN_CA_FILE": "/nonexistent"},
+            "CA file /nonexistent does not exist",
+        ),
+        (
+            {"AMS_AUTHN_TLS_CERT": str(bad), "AMS_AUTHN_TLS_KEY": str(bad), "AMS_AUTHN_CA_FILE": str(bad)},
+            "cannot start",
+        ),
+    ]
+    for env, message in cases:
+        cmd = [sys.executable, "-m", "ams_app", "authn", "--data-dir", str(tmp_path / "data")]
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("AMS_")}
+        done = subprocess.run(cmd, env={**clean, **env}, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (env, done.stdout, done.stderr)
+        assert message in done.stdout + done.stderr, (env, done.stdout, done.stderr)
