@@ -51,9 +51,18 @@ def api() -> Api:
     # the previous test took a broker's host away and back
     wait_until(fully_replicated, "3 brokers and no under-replicated partition", timeout=300)
     # and the ZooKeeper tests moved the controller: until it has told every broker, a new topic's
-    # leader may answer "not leader" for longer than a request waits (a 503 that says retry)
-    wait_until(lambda: a_new_topic_serves(client), "a new topic and a subscription to it", timeout=300, every=2)
+    # leader may answer "not leader" for longer than a request waits (a 503 that says retry); and
+    # a broker whose ZooKeeper session the new leader expires drops out of the cluster up to a
+    # session timeout (Kafka's default, 18 s) later, so it must hold across that
+    wait_until(lambda: settled(client), "a settled cluster that takes new topics", timeout=420, every=2)
     return client
+
+
+def settled(client: Api) -> bool:
+    if not (fully_replicated() and a_new_topic_serves(client)):
+        return False
+    time.sleep(20)
+    return fully_replicated() and a_new_topic_serves(client)
 
 
 def a_new_topic_serves(client: Api) -> bool:
