@@ -20,6 +20,7 @@ from ams_app import __version__
 from ams_app.api.pipeline import JSON_TYPE, MALFORMED, body, request_token
 from ams_app.authn.service import AuthnService
 from ams_app.errors import AmsError
+from ams_app.errors_http import render
 from ams_app.models import Binding, ServiceType
 
 logger = logging.getLogger("ams.authn")
@@ -39,10 +40,6 @@ def _svc() -> AuthnService:
 
 def _ok(payload: Any, status: int = 200) -> Response:
     return Response(json.dumps(payload), status=status, content_type=JSON_TYPE)
-
-
-def _render(error: AmsError) -> Response:
-    return Response(json.dumps(error.envelope()), status=error.code, content_type=JSON_TYPE)
 
 
 def _body() -> Any:
@@ -231,24 +228,24 @@ def create_authn_app(service: AuthnService) -> Flask:
 
     @app.errorhandler(AmsError)
     def _ams(error: AmsError) -> Response:
-        return _render(error)
+        return render(error)
 
     @app.errorhandler(HTTPException)
     def _http(error: HTTPException) -> Response:
         code = error.code or 500
         if isinstance(error, RequestEntityTooLarge):
-            return _render(AmsError.too_large("Request body is too large"))
+            return render(AmsError.too_large("Request body is too large"))
         text = HTTP_STATUS_CODES.get(code, "Error")
-        return _render(AmsError(code, text, text.upper().replace(" ", "_")))
+        return render(AmsError(code, text, text.upper().replace(" ", "_")))
 
     @app.errorhandler(ConnectionFailure)
     def _store_unreachable(error: ConnectionFailure) -> Response:
         logger.warning("the metadata store is unreachable on %s %s: %s", request.method, request.path, error)
-        return _render(AmsError.unavailable("The metadata store is unavailable"))
+        return render(AmsError.unavailable("The metadata store is unavailable"))
 
     @app.errorhandler(Exception)
     def _unexpected(error: Exception) -> Response:
         logger.exception("unhandled error on %s %s", request.method, request.path)
-        return _render(AmsError(500, "Internal Server Error", "INTERNAL_SERVER_ERROR"))
+        return render(AmsError(500, "Internal Server Error", "INTERNAL_SERVER_ERROR"))
 
     return app
