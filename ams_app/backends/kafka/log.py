@@ -6,9 +6,12 @@ of ``log_retention_seconds``. Message ids are Kafka offsets, taken from the brok
 reports (exact, never estimated). The payload is the original's JSON
 ``{"attributes", "data", "publishTime"}``.
 
-librdkafka calls block, so every one runs on a small pool of OS threads: the gevent hub keeps
-serving while a broker answers slowly or not at all. Publishing uses one idempotent producer
-with ``acks=all`` and answers only after the broker acknowledged every message of the request.
+librdkafka calls that block run on a small pool of OS threads: the gevent hub keeps serving while
+a broker answers slowly or not at all. Publishing uses one idempotent producer with ``acks=all``
+and answers only after the broker acknowledged every message of the request. Producing only
+queues, so a request's greenlet produces itself and then waits, holding no pool thread, for the
+delivery reports, which a poll thread of the producer's own hands back as the broker answers
+(a publish's latency is the broker's round trip, not a poll interval; docs/benchmarks.md).
 Reads go through a *reader* per topic: a consumer kept assigned to the topic's partition (never a
 member of a consumer group: offsets live in the metadata store) and the messages it has decoded
 ahead of the last read. Consecutive pulls of a subscription ask for consecutive ranges, so most
@@ -33,6 +36,7 @@ import gevent
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 from gevent import monkey
+from gevent.event import Event
 from gevent.lock import Semaphore
 from gevent.threadpool import ThreadPool
 
@@ -75,6 +79,10 @@ _NO_LEADER_YET = frozenset(
 _LEADER_WAIT_SECONDS = 25.0
 #: time.sleep for the pool's OS threads (monkey-patching makes time.sleep a greenlet's sleep)
 _os_sleep = monkey.get_original("time", "sleep")
+#: a lock of OS threads (monkey-patching makes threading.Lock a greenlet's lock)
+_os_lock = monkey.get_original("threading", "Lock")
+#: a str as a JSON string, as json.dumps writes it (ASCII, escaped)
+_json_string: Callable[[str], str] = json.encoder.encode_basestring_ascii
 #: Topics with a reader at once; the least recently used gives its consumer back first.
 _READERS = 16
 #: A reader unused this long gives its consumer back (an assigned consumer keeps asking the broker).
@@ -160,6 +168,43 @@ class _Reader:
         self.position = position
 
 
+class _Delivery:
+    """The delivery reports of one publish. librdkafka runs ``reporter``'s callbacks on the
+    producer's poll thread; the request's greenlet waits on ``done``, set through an async
+    watcher of its hub (gevent's one wake-up that another OS thread may send), started before the
+    first message is produced so that no report can come before it listens."""
+
+    def __init__(self, count: int) -> None:
+        self._results: list[tuple[KafkaError | None, int] | None] = [None] * count
+        self._left = count
+        self.done = Event()
+        self._lock = _os_lock()  # the poll thread reports while the greenlet may close
+        self._watcher: Any = gevent.get_hub().loop.async_()
+        self._watcher.start(self.done.set)
+        if not count:
+            self.done.set()
+
+    def reporter(self, index: int) -> Callable[[KafkaError | None, Any], None]:
+        def report(err: KafkaError | None, msg: Any) -> None:
+            with self._lock:
+                self._results[index] = (err, msg.offset() if err is None else -1)
+                self._left -= 1
+                if self._left == 0 and self._watcher is not None:
+                    self._watcher.send()
+
+        return report
+
+    def reports(self) -> list[tuple[KafkaError | None, int]]:
+        """(error, offset) of each message, in order; only once ``done`` is set."""
+        return [r for r in self._results if r is not None]
+
+    def close(self) -> None:
+        with self._lock:
+            watcher, self._watcher = self._watcher, None
+        watcher.stop()
+        watcher.close()
+
+
 def _backend_error(exc: BaseException) -> AmsError:
     log.warning("kafka: %s", exc)
     return AmsError(503, "Backend Error", "UNAVAILABLE")
@@ -239,10 +284,14 @@ class KafkaMessageLog:
         # the health check's own thread: a ping queued behind busy pool threads (reads that wait
         # out a leader election, for instance) would time out and call a working broker down
         self._ping_pool = ThreadPool(1)
+        # the producer's own poll thread, which runs the delivery reports as they come
+        self._closing = False
+        self._delivery_pool = ThreadPool(1)
+        self._delivery_pool.spawn(self._poll_deliveries)
         self._consumers: list[Consumer] = []
         # taken only inside the pool's OS threads: a real lock, not the greenlet lock that
         # monkey-patching puts in threading (one of those left a pool thread waiting for ever)
-        self._consumers_lock = monkey.get_original("threading", "Lock")()
+        self._consumers_lock = _os_lock()
         self._discarded: set[int] = set()  # ids of consumers to close when given back
         self._notifier = AppendNotifier(_RECHECK_SECONDS)
         self._readers: dict[str, _Reader] = {}  # least recently used first
@@ -296,6 +345,7 @@ class KafkaMessageLog:
 
         def shut() -> None:
             self._producer.flush(min(self.timeout, 10))
+            self._closing = True  # the poll thread ends within its poll's timeout
             for reader in readers:
                 self._release(reader)
             with self._consumers_lock:
@@ -306,8 +356,10 @@ class KafkaMessageLog:
         try:
             self._pool.apply(shut)
         finally:
+            self._closing = True
             self._pool.kill()
             self._ping_pool.kill()
+            self._delivery_pool.kill()
 
     # ----------------------------------------------------------------- topics ---------------
     def create_topic(self, key: str) -> None:
@@ -372,49 +424,51 @@ class KafkaMessageLog:
 
     # ----------------------------------------------------------------- messages -------------
     def append(self, key: str, messages: list[NewMessage]) -> list[StoredMessage]:
-        def produce() -> list[StoredMessage]:
-            ns = now_ns()
-            stamp = zulu_nanos(ns)
-            results: list[tuple[KafkaError | None, int] | None] = [None] * len(messages)
-
-            def delivered(index: int) -> Callable[[KafkaError | None, Any], None]:
-                def report(err: KafkaError | None, msg: Any) -> None:
-                    results[index] = (err, msg.offset() if err is None else -1)
-
-                return report
-
-            for index, message in enumerate(messages):
-                value = json.dumps({"attributes": message.attributes, "data": message.data, "publishTime": stamp})
-                while True:
-                    try:
-                        self._producer.produce(
-                            key, value.encode(), partition=0, timestamp=ns // _NS_PER_MS, on_delivery=delivered(index)
-                        )
-                        break
-                    except BufferError:  # the local queue is full: let deliveries drain
-                        self._producer.poll(0.05)
-            deadline = time.monotonic() + self.timeout + 5
-            while any(r is None for r in results):
-                if time.monotonic() > deadline:
-                    raise TimeoutError("the broker did not acknowledge the messages in time")
-                self._producer.poll(0.01)
-            failed = [r[0] for r in results if r is not None and r[0] is not None]
-            if failed:
-                if any(err.code() == KafkaError.MSG_SIZE_TOO_LARGE for err in failed if err is not None):
-                    raise _TooLarge()
-                raise KafkaException(failed[0])
-            return [
-                StoredMessage(r[1], ns, m.data, m.attributes)
-                for r, m in zip(results, messages, strict=True)
-                if r is not None
-            ]
-
+        """Hand the messages to the producer from this greenlet (librdkafka only queues them) and
+        wait, holding no pool thread, for the broker's delivery reports, which the producer's poll
+        thread collects as they come (``_Delivery``)."""
+        ns = now_ns()
+        stamp = zulu_nanos(ns)
+        delivery = _Delivery(len(messages))
         try:
-            stored = self._run(produce)
-        except _TooLarge as exc:
-            raise AmsError.too_large() from exc
+            deadline = time.monotonic() + self.timeout
+            for index, message in enumerate(messages):
+                value = payload(message.attributes, message.data, stamp)
+                self._produce(key, value, ns // _NS_PER_MS, delivery.reporter(index), deadline)
+            if not delivery.done.wait(max(deadline - time.monotonic(), 0) + 5):
+                raise TimeoutError("the broker did not acknowledge the messages in time")
+        except (KafkaException, BufferError, TimeoutError, RuntimeError) as exc:
+            raise _backend_error(exc) from exc
+        finally:
+            delivery.close()
+        failed = [err for err, _ in delivery.reports() if err is not None]
+        if failed:
+            if any(err.code() == KafkaError.MSG_SIZE_TOO_LARGE for err in failed):
+                raise AmsError.too_large()
+            raise _backend_error(KafkaException(failed[0]))
         self._notifier.notify(key)
-        return stored
+        return [
+            StoredMessage(offset, ns, m.data, m.attributes)
+            for (_, offset), m in zip(delivery.reports(), messages, strict=True)
+        ]
+
+    def _produce(self, key: str, value: bytes, ms: int, report: Callable[..., None], deadline: float) -> None:
+        while True:
+            try:
+                self._producer.produce(key, value, partition=0, timestamp=ms, on_delivery=report)
+                return
+            except BufferError:  # the local queue is full: let the poll thread drain deliveries
+                if time.monotonic() > deadline:
+                    raise
+                gevent.sleep(0.005)
+
+    def _poll_deliveries(self) -> None:
+        """The producer's poll thread: runs the delivery reports as the broker acknowledges."""
+        while not self._closing:
+            try:
+                self._producer.poll(0.2)
+            except Exception:  # a callback that failed: keep serving the others
+                log.exception("kafka: delivery report")
 
     def read(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
         reader = self._readers.get(key)
@@ -676,8 +730,12 @@ def _passing(record: Any, error: KafkaError) -> bool:
     return record.topic() is None or error.code() in _NO_LEADER_YET or error.retriable()
 
 
-class _TooLarge(Exception):
-    """The broker refused a message as too large."""
+def payload(attributes: dict[str, str], data: str, stamp: str) -> bytes:
+    """A message's record value: the bytes of ``json.dumps({"attributes", "data", "publishTime"})``
+    (the original's payload), made without json.dumps's per-call work (a tenth of a publish's CPU,
+    docs/benchmarks.md): the string goes through the JSON encoder's C function alone."""
+    attrs = json.dumps(attributes) if attributes else "{}"
+    return f'{{"attributes": {attrs}, "data": {_json_string(data)}, "publishTime": "{stamp}"}}'.encode()
 
 
 def _decoded(record: Any, offset: int, value: bytes) -> StoredMessage:

@@ -5,6 +5,8 @@ one a read still needs. The reads themselves meet a real broker in tests/api/tes
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ams_app.backends.kafka import log as kafka_log
@@ -90,3 +92,13 @@ def test_clear_forgets_everything_and_moves_the_position() -> None:
     reader.clear(42)
     assert (reader.offsets, reader.messages, reader.position) == ([], [], 42)
     assert not reader.covers(42)
+
+
+@pytest.mark.parametrize(
+    ("attributes", "data"),
+    [({}, "QUJD"), ({"k": "v"}, ""), ({'é"\\': "line\nbreak\u2028"}, 'not "base64" \\ é \x00')],
+)
+def test_a_record_value_is_the_json_of_the_original_payload(attributes: dict[str, str], data: str) -> None:
+    stamp = "2026-11-25T16:00:00.123456789Z"
+    value = kafka_log.payload(attributes, data, stamp)
+    assert value == json.dumps({"attributes": attributes, "data": data, "publishTime": stamp}).encode()
