@@ -50,6 +50,8 @@ def register_error_handlers(app: Flask) -> None:
             return forward(target)
         except AmsError as error:
             return render(error)
+        except Exception as error:  # the request served here after its owner was lost: as any request's
+            return app.make_response(app.handle_user_exception(error))
 
     @app.errorhandler(HTTPException)
     def _http(error: HTTPException) -> Response:

@@ -44,6 +44,11 @@ R = TypeVar("R")
 
 #: Seconds a waiting acknowledge gives the store's write before it answers 503.
 _COMMIT_SECONDS = 10.0
+#: A request whose owner cannot be reached waits for its claim to go for twice the session and
+#: this (ZooKeeper expires a session at the first tick past its timeout), looking again at least
+#: every _RELEASE_RECHECK_SECONDS should a watch's event be lost with a reconnection.
+_RELEASE_SLACK_SECONDS = 2.0
+_RELEASE_RECHECK_SECONDS = 1.0
 
 
 class ForwardTo(Exception):
@@ -278,6 +283,33 @@ class Owners:
     def unreachable(self, key: str) -> None:
         """A forward to the owner failed: ask ZooKeeper again next time."""
         self._others.pop(key, None)
+
+    def wait_for_release(self, key: str, url: str) -> bool:
+        """After the owner at ``url`` could not be reached: wait until its claim on ``key`` is gone
+        or names another node, and say whether it did. A node that died keeps its claim until
+        ZooKeeper expires its session (``consume_session_seconds``, and up to a tick more), so the
+        wait is bounded by twice that and a little; the request is then served by the next owner
+        instead of answering 503 meanwhile. False when ZooKeeper cannot say, or the claim stayed."""
+        from kazoo.exceptions import KazooException, NoNodeError
+
+        self._others.pop(key, None)
+        deadline = time.monotonic() + 2 * self.session_seconds + _RELEASE_SLACK_SECONDS
+        changed = Event()
+        while True:
+            changed.clear()
+            try:
+                data, _ = self.client.get(self._path(key), watch=lambda event: changed.set())
+                holder = str(json.loads(data)["url"])
+            except NoNodeError:
+                return True
+            except (KazooException, ValueError, KeyError, TypeError):
+                return False
+            if holder != url:
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            changed.wait(min(remaining, _RELEASE_RECHECK_SECONDS))  # the watch, or a look again
 
     def _drop(self, held: Held, why: str) -> None:
         if self._held.get(held.key) is held:

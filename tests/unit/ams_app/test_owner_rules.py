@@ -6,6 +6,7 @@ same code on three nodes with the real servers."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from typing import Any
 
@@ -145,3 +146,69 @@ def test_losing_a_write_to_another_writer_ends_the_hold() -> None:
     assert raised.value.code == 503
     assert held.lost
     assert "p.s" not in owners._held
+
+
+class _Claims(_Client):
+    """A client whose ``get`` serves one claim and fires its watches when the claim changes."""
+
+    def __init__(self, url: str | None) -> None:
+        super().__init__()
+        self.url = url
+        self.watches: list[Any] = []
+        self.reads = 0
+
+    def get(self, path: str, watch: Any = None) -> tuple[bytes, Any]:
+        from kazoo.exceptions import NoNodeError
+
+        self.reads += 1
+        if self.fail:
+            raise ConnectionLoss()
+        if self.url is None:
+            raise NoNodeError()
+        if watch is not None:
+            self.watches.append(watch)
+        return json.dumps({"url": self.url}).encode(), object()
+
+    def change(self, url: str | None) -> None:
+        self.url = url
+        watches, self.watches = self.watches, []
+        for watch in watches:
+            watch(object())
+
+
+def _waiting(client: _Claims, session: float = SESSION) -> Owners:
+    settings = Settings(
+        backend="kafka", zookeeper_hosts="127.0.0.1:1", consume_owner=True, consume_session_seconds=session
+    )
+    return Owners(settings, _Store(), client=client)
+
+
+@pytest.mark.parametrize("successor", [None, "http://node3"])
+def test_a_request_whose_owner_is_lost_waits_until_the_claim_goes_or_moves(successor: str | None) -> None:
+    client = _Claims("http://node1")
+    owners = _waiting(client)
+    owners._others["p.s"] = "http://node1"
+    waiting = gevent.spawn(owners.wait_for_release, "p.s", "http://node1")
+    gevent.sleep(0.05)
+    assert not waiting.ready()  # the dead node's session still holds the claim
+    assert "p.s" not in owners._others  # and it is no longer taken as the owner
+    client.change(successor)  # ZooKeeper ended that session (or another node claimed)
+    assert waiting.get(timeout=1) is True
+    assert client.reads <= 3  # woken by the watch, not by looking again and again
+
+
+def test_a_claim_that_outlives_twice_the_session_is_not_waited_for_longer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(owner_module, "_RELEASE_SLACK_SECONDS", 0.1)
+    client = _Claims("http://node1")
+    owners = _waiting(client, session=0.1)
+    started = time.monotonic()
+    assert owners.wait_for_release("p.s", "http://node1") is False
+    assert time.monotonic() - started < 2 * 0.1 + owner_module._RELEASE_SLACK_SECONDS + 1
+
+
+def test_a_claim_already_gone_or_unreadable_is_not_waited_for() -> None:
+    assert _waiting(_Claims(None)).wait_for_release("p.s", "http://node1") is True
+    assert _waiting(_Claims("http://node2")).wait_for_release("p.s", "http://node1") is True
+    broken = _Claims("http://node1")
+    broken.fail = True
+    assert _waiting(broken).wait_for_release("p.s", "http://node1") is False
