@@ -1,13 +1,15 @@
 """Publish and pull throughput of `ams serve` on either backend, over loopback HTTP.
 
     .venv/bin/python benchmarks/api_throughput.py [--seconds 10] [--clients 4] [--batch 50] [--size 512]
-                                                  [--backend embedded|kafka]
+                                                  [--backend embedded|kafka] [--publish-only]
 
 (--backend kafka needs `make services-up`.)
 
 Starts its own server on a free port with a fresh data directory, runs publishers for
 --seconds, then consumers (pull + ack) until the subscription is drained, and prints
-messages per second and request latencies. Bounded in time and count; loopback only.
+messages per second and request latencies, and the server's CPU seconds per 1,000 messages
+published (steadier than a rate on a shared machine). --publish-only skips the drain. Bounded in
+time and count; loopback only.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=50, help="messages per publish request")
     parser.add_argument("--size", type=int, default=512, help="bytes of data per message")
     parser.add_argument("--backend", choices=["embedded", "kafka"], default="embedded")
+    parser.add_argument("--publish-only", action="store_true", help="measure publishing, skip the drain")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,6 +59,8 @@ def main() -> int:
             body = {"messages": [{"data": data, "attributes": {"k": "v"}}] * args.batch}
             pub_lat: list[float] = []
             published = [0]
+            pull_lat: list[float] = []
+            consumed = [0]
             lock = threading.Lock()
             stop_at = time.monotonic() + args.seconds
 
@@ -69,6 +74,8 @@ def main() -> int:
                         pub_lat.append(time.perf_counter() - t0)
                         published[0] += args.batch
 
+            assert server.proc is not None
+            cpu0 = cpu_seconds(server.proc.pid)
             t0 = time.monotonic()
             threads = [threading.Thread(target=publisher) for _ in range(args.clients)]
             for t in threads:
@@ -76,9 +83,9 @@ def main() -> int:
             for t in threads:
                 t.join()
             pub_secs = time.monotonic() - t0
-
-            pull_lat: list[float] = []
-            consumed = [0]
+            pub_cpu = cpu_seconds(server.proc.pid) - cpu0
+            if args.publish_only:
+                return report(args, published[0], pub_secs, pub_lat, pub_cpu, None)
 
             def consumer() -> None:
                 client = server.api()
@@ -103,15 +110,36 @@ def main() -> int:
         finally:
             server.stop()
 
+    return report(args, published[0], pub_secs, pub_lat, pub_cpu, (consumed[0], pull_secs, pull_lat))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far (/proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report(
+    args: argparse.Namespace,
+    published: int,
+    pub_secs: float,
+    pub_lat: list[float],
+    pub_cpu: float,
+    drained: tuple[int, float, list[float]] | None,
+) -> int:
     print(f"backend={args.backend} clients={args.clients} batch={args.batch} size={args.size}B cores={os.cpu_count()}")
     print(
-        f"publish: {published[0]} msgs in {pub_secs:.1f}s = {published[0] / pub_secs:,.0f} msg/s; "
-        f"request p50 {statistics.median(pub_lat) * 1000:.1f} ms, p99 {percentile(pub_lat, 0.99) * 1000:.1f} ms"
+        f"publish: {published} msgs in {pub_secs:.1f}s = {published / pub_secs:,.0f} msg/s; "
+        f"request p50 {statistics.median(pub_lat) * 1000:.2f} ms, p99 {percentile(pub_lat, 0.99) * 1000:.2f} ms; "
+        f"server CPU {pub_cpu / published * 1000:.3f} s per 1,000 msgs"
     )
-    print(
-        f"pull+ack: {consumed[0]} msgs in {pull_secs:.1f}s = {consumed[0] / pull_secs:,.0f} msg/s; "
-        f"pull+ack p50 {statistics.median(pull_lat) * 1000:.1f} ms, p99 {percentile(pull_lat, 0.99) * 1000:.1f} ms"
-    )
+    if drained is not None:
+        consumed, pull_secs, pull_lat = drained
+        print(
+            f"pull+ack: {consumed} msgs in {pull_secs:.1f}s = {consumed / pull_secs:,.0f} msg/s; "
+            f"pull+ack p50 {statistics.median(pull_lat) * 1000:.1f} ms, p99 {percentile(pull_lat, 0.99) * 1000:.1f} ms"
+        )
     return 0
 
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import gevent
+from gevent.event import AsyncResult
 
 from ams_app.errors import AmsError
 from ams_app.settings import Settings
@@ -117,6 +118,8 @@ class MetadataCache:
         self._quiet_until = 0.0
         self._connected_once = False
         self._pending: gevent.Greenlet | None = None  # a move of the generation still to make
+        self._gathering: AsyncResult | None = None  # the round of reads requests are joining
+        self._reading = False  # a greenlet is sending rounds (_rounds)
         self.client.add_listener(self._state)
 
     # --- lifecycle -----------------------------------------------------------------------------
@@ -146,6 +149,40 @@ class MetadataCache:
         return call(*args).get(timeout=timeout or self.connect_seconds)
 
     def _read(self) -> int | None:
+        """The generation, from a ZooKeeper read sent after this call began. Requests that begin
+        while a read is under way share the next one (a *round*): it is sent once that read has
+        answered, so it too was sent after each of them began, and a busy node makes one read per
+        round trip instead of one per request."""
+        if not self.client.connected or time.monotonic() < self._quiet_until:
+            return None
+        mine = self._gathering
+        if mine is None:
+            mine = self._gathering = AsyncResult()
+            if not self._reading:
+                self._reading = True
+                gevent.spawn(self._rounds)
+        try:
+            return mine.get(timeout=_READ_SECONDS * 2 + 1)  # type: ignore[no-any-return]
+        except gevent.Timeout:
+            return None
+
+    def _rounds(self) -> None:
+        """Send the gathered rounds' reads one after another, until no request waits."""
+        current: AsyncResult | None = None
+        try:
+            while self._gathering is not None:
+                current, self._gathering = self._gathering, None
+                current.set(self._generation())
+                current = None
+        finally:
+            self._reading = False
+            if current is not None:  # stopped mid-read: its requests read the store directly
+                current.set(None)
+            if self._gathering is not None:  # a round gathered meanwhile gets a greenlet of its own
+                self._reading = True
+                gevent.spawn(self._rounds)
+
+    def _generation(self) -> int | None:
         if not self.client.connected or time.monotonic() < self._quiet_until:
             return None
         try:
