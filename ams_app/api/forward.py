@@ -75,9 +75,10 @@ def _send(target: ForwardTo, data: bytes) -> Response:
             verify=verify,
             allow_redirects=False,
         )
-    except requests.ConnectionError:
-        raise
-    except requests.RequestException as exc:  # an owner that answers too slowly: it may be fine
+    except requests.RequestException as exc:
+        if isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.exceptions.SSLError):
+            raise  # unreachable: forward() waits for its claim to go
+        # an owner that answers too slowly (it may be fine), or whose certificate is refused
         log.warning("owner: forwarding to %s failed: %s", target.url, exc)
         owners = service().owners
         if owners is not None:
