@@ -181,6 +181,24 @@ def test_an_owner_killed_mid_lease_loses_no_answered_ack(nodes, project, cluster
         services.start_node(owner, wait_lb=False)
 
 
+def test_an_owner_stopped_gracefully_hands_its_leases_on(nodes, project, cluster, zk):
+    """A rolling upgrade stops each node in turn: acks for what it leased must not answer 409."""
+    sub, payloads = make_subscription(nodes, project, 30)
+    ids, first = pull(nodes[0], project, sub, 10)
+    owner = owner_of(zk, cluster, sub)
+    assert owner is not None
+    assert first == payloads[:10]
+    services.stop_node(owner)  # SIGTERM: it drains, writes its cursor and ends its session
+    try:
+        other = nodes[owner % NODES]
+        r = ack(other, project, sub, ids[-1])  # the lease outlived its owner
+        assert r.status_code == 200, r.text
+        _, after = pull(other, project, sub, 20)
+        assert after == payloads[10:30]  # nothing acknowledged comes again
+    finally:
+        services.start_node(owner, wait_lb=False)
+
+
 def test_an_owner_cut_off_past_its_session_hands_out_no_lease(nodes, project, cluster, zk):
     sub, payloads = make_subscription(nodes, project, 30)
     _, first = pull(nodes[0], project, sub, 10)
