@@ -109,8 +109,9 @@ class Owners:
         instead of answering 409; then end the session, and the claims go at once."""
         if self._heartbeat is not None:
             self._heartbeat.kill()
+        give_up = time.monotonic() + _COMMIT_SECONDS  # a store that is down must not hold the stop
         for held in list(self._held.values()):
-            if held.changes > held.committed and not held.lost:
+            if held.changes > held.committed and not held.lost and time.monotonic() < give_up:
                 try:
                     self._commit(held, held.changes)
                 except AmsError as exc:  # not written: those leases' messages come again (at-least-once)
