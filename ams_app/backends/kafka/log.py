@@ -11,7 +11,7 @@ a broker answers slowly or not at all. Publishing uses one idempotent producer w
 and answers only after the broker acknowledged every message of the request. Producing only
 queues, so a request's greenlet produces itself and then waits, holding no pool thread, for the
 delivery reports, which a poll thread of the producer's own hands back as the broker answers
-(a publish's latency is the broker's round trip, not a poll interval; docs/benchmarks.md).
+(docs/benchmarks.md, "Where a publish spends its time").
 Reads go through a *reader* per topic: a consumer kept assigned to the topic's partition (never a
 member of a consumer group: offsets live in the metadata store) and the messages it has decoded
 ahead of the last read. Consecutive pulls of a subscription ask for consecutive ranges, so most
@@ -732,8 +732,9 @@ def _passing(record: Any, error: KafkaError) -> bool:
 
 def payload(attributes: dict[str, str], data: str, stamp: str) -> bytes:
     """A message's record value: the bytes of ``json.dumps({"attributes", "data", "publishTime"})``
-    (the original's payload), made without json.dumps's per-call work (a tenth of a publish's CPU,
-    docs/benchmarks.md): the string goes through the JSON encoder's C function alone."""
+    (the original's payload), made without json.dumps's per-call work (about a tenth of the request
+    thread's samples in the profile of docs/benchmarks.md): the data goes through the JSON
+    encoder's C function alone."""
     attrs = json.dumps(attributes) if attributes else "{}"
     return f'{{"attributes": {attrs}, "data": {_json_string(data)}, "publishTime": "{stamp}"}}'.encode()
 
