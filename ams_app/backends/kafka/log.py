@@ -345,7 +345,6 @@ class KafkaMessageLog:
 
         def shut() -> None:
             self._producer.flush(min(self.timeout, 10))
-            self._closing = True  # the poll thread ends within its poll's timeout
             for reader in readers:
                 self._release(reader)
             with self._consumers_lock:
@@ -356,7 +355,7 @@ class KafkaMessageLog:
         try:
             self._pool.apply(shut)
         finally:
-            self._closing = True
+            self._closing = True  # the poll thread ends within its poll's timeout
             self._pool.kill()
             self._ping_pool.kill()
             self._delivery_pool.kill()
