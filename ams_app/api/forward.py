@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import cast
 
-import requests
+import urllib3
 from flask import Response, current_app, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
@@ -23,11 +23,17 @@ from ams_app.service.owner import ForwardTo, moved
 log = logging.getLogger("ams.owner")
 
 _PASSED = ("x-api-key", "authorization", "content-type", "accept")
-_session = requests.Session()
+_pools: dict[str, urllib3.PoolManager] = {}
+#: Idle keep-alive connections kept to each other node (more are opened while busy).
+_CONNECTIONS_PER_NODE = 32
 #: Seconds to connect to an owner (on the nodes' network a live one accepts at once).
 _CONNECT_SECONDS = 3.0
 #: Owners a request may meet in turn (each unreachable one waited out) before it answers 503.
 _OWNER_CHANGES = 3
+#: What an owner that cannot be reached raises: refused, reset, or no connection in time (urllib3's
+#: NewConnectionError is a ConnectTimeoutError). Anything else (a read timeout, a refused
+#: certificate) is answered 503 at once: waiting would not mend it.
+_UNREACHABLE = (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.ProtocolError)
 
 
 def forward(target: ForwardTo) -> Response:
@@ -46,7 +52,7 @@ def forward(target: ForwardTo) -> Response:
     for _ in range(_OWNER_CHANGES):
         try:
             return _send(target, data)
-        except requests.ConnectionError as exc:  # refused, reset, or no connection in time
+        except _UNREACHABLE as exc:
             log.warning("owner: forwarding to %s failed: %s", target.url, exc)
             if svc.owners is None or not svc.owners.wait_for_release(target.key, target.url):
                 raise moved() from exc
@@ -63,29 +69,45 @@ def _send(target: ForwardTo, data: bytes) -> Response:
     headers = {name: value for name, value in request.headers.items() if name.lower() in _PASSED}
     headers[HEADER] = settings.node_name or settings.node_url
     url = target.url + request.full_path.rstrip("?")
-    verify: str | bool = settings.forward_ca_file or True
     try:
-        answer = _session.request(
+        answer = _pool(settings.forward_ca_file).request(
             request.method,
             url,
-            data=data,
+            body=data,
             headers=headers,
             # a node that is up connects at once; one that is gone must not hold the request long
-            timeout=(_CONNECT_SECONDS, settings.pull_wait_seconds + settings.kafka_timeout_seconds + 10),
-            verify=verify,
-            allow_redirects=False,
+            timeout=urllib3.Timeout(
+                connect=_CONNECT_SECONDS, read=settings.pull_wait_seconds + settings.kafka_timeout_seconds + 10
+            ),
+            retries=False,  # sent once: a pull that reached the owner must not be pulled twice
+            redirect=False,
         )
-    except requests.RequestException as exc:
-        if isinstance(exc, requests.ConnectionError) and not isinstance(exc, requests.exceptions.SSLError):
-            raise  # unreachable: forward() waits for its claim to go
+    except _UNREACHABLE:
+        raise  # forward() waits for its claim to go
+    except urllib3.exceptions.HTTPError as exc:
         # an owner that answers too slowly (it may be fine), or whose certificate is refused
         log.warning("owner: forwarding to %s failed: %s", target.url, exc)
         owners = service().owners
         if owners is not None:
             owners.unreachable(target.key)
         raise moved() from exc
-    response = Response(answer.content, status=answer.status_code)
+    response = Response(answer.data, status=answer.status)
     for name in ("Content-Type", "Allow"):
-        if name in answer.headers:
-            response.headers[name] = answer.headers[name]
+        value = answer.headers.get(name)
+        if value is not None:
+            response.headers[name] = value
     return response
+
+
+def _pool(ca_file: str) -> urllib3.PoolManager:
+    """The keep-alive connections to the other nodes. urllib3 itself rather than requests: a
+    forward is on every request that reaches a node other than the owner, and requests' own work
+    (environment, cookies, hooks) was a fifth of a forwarding node's CPU in the consume benchmark
+    (docs/benchmarks.md)."""
+    pool = _pools.get(ca_file)
+    if pool is None:
+        # ca_certs None: the system's CAs, as the setting's documentation says
+        pool = _pools[ca_file] = urllib3.PoolManager(
+            num_pools=16, maxsize=_CONNECTIONS_PER_NODE, cert_reqs="CERT_REQUIRED", ca_certs=ca_file or None
+        )
+    return pool

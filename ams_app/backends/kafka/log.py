@@ -43,7 +43,7 @@ from gevent.threadpool import ThreadPool
 from ams_app.backends.log import NewMessage, StoredMessage
 from ams_app.backends.notify import AppendNotifier
 from ams_app.errors import AmsError
-from ams_app.timeutil import now_ns, parse_iso8601_ns, zulu_nanos
+from ams_app.timeutil import now_ns, parse_zulu_nanos, zulu_nanos
 
 R = TypeVar("R")
 log = logging.getLogger("ams")
@@ -745,6 +745,6 @@ def _decoded(record: Any, offset: int, value: bytes) -> StoredMessage:
 
 def _publish_ns(payload: dict[str, Any], record: Any) -> int:
     try:
-        return parse_iso8601_ns(str(payload["publishTime"]))
+        return parse_zulu_nanos(str(payload["publishTime"]))
     except (KeyError, ValueError):  # written by someone else: the broker's timestamp
         return int(record.timestamp()[1]) * _NS_PER_MS
