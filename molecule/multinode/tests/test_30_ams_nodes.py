@@ -29,6 +29,7 @@ from multinode import (
     push_subscription,
     report,
     start,
+    unb64,
     unique,
     wait_until,
 )
@@ -62,6 +63,35 @@ def test_haproxy_balances_over_the_three_nodes(api):
     for _ in range(2 * len(NODES)):
         metrics = api.call("GET", "/metrics")["metrics"]
     assert {m["resource_name"] for m in metrics if m["resource_type"] == "ams_node"} == set(NODES)
+
+
+def owners_of(sub: str) -> list[str]:
+    """The nodes whose log says they took ``sub``'s leases (consume_owner: 'owner: holding P.S')."""
+    held = []
+    for node in NODES:
+        log = "journalctl -u ams --since -30min --no-pager -o cat"
+        out = host(node).run(f"{log} | grep -F 'owner: holding' | grep -cF '.{sub}'")
+        if out.stdout.strip() not in ("", "0"):
+            held.append(node)
+    return held
+
+
+def test_one_node_owns_a_pull_subscription_and_the_others_forward_to_it(api):
+    """The production inventory runs consume_owner: consumers on every node share one subscription,
+    each pull is served by its one owner (the other nodes forward), and no message goes twice."""
+    wait_until(all_up, "all AMS nodes UP in haproxy")
+    topic, sub = unique("ot"), unique("os")
+    api.topic(topic)
+    api.subscription(sub, topic, ack_deadline=600)
+    payloads = [unique("m") for _ in range(30)]
+    api.publish(topic, payloads)
+    got: list[str] = []
+    for node in NODES:  # one node after the other, each spoken to directly
+        body = {"maxMessages": "10", "returnImmediately": "true"}
+        answer = Api(node_url(node)).call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:pull", body)
+        got += [unb64(m["message"]["data"]) for m in answer["receivedMessages"]]
+    assert sorted(got) == sorted(payloads)  # each node's consumer got ten others: the leases are shared
+    assert len(owners_of(sub)) == 1, owners_of(sub)
 
 
 @pytest.mark.timeout(900)
