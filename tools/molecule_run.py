@@ -6,8 +6,8 @@ has its own range, docs/ansible.md), even though every container uses the host's
 
 The longest scenarios start first: each run's durations are kept in
 ``.cache/molecule/durations.json``, so the next run can order by them. Each scenario's output goes
-to ``.cache/molecule/<name>.log``. A failed scenario prints the tail of its log, and the exit
-status is 1 when any scenario failed.
+to ``.cache/molecule/<name>.log``. A failed scenario prints what failed (each failing task, pytest's
+failures) and the tail of its log, and the exit status is 1 when any scenario failed.
 """
 
 from __future__ import annotations
@@ -52,6 +52,39 @@ def longest_first(names: Sequence[str], durations: Mapping[str, float]) -> list[
 EXPECTED_SECONDS: dict[str, float] = {"multinode": 1500, "ams": 900, "haproxy": 240, "mongodb": 110, "java": 50}
 
 
+#: What marks a failure in a scenario's log: a task's ``fatal:`` or ``failed:`` (with the task's
+#: header above it), molecule's ERROR lines, testinfra's FAILED tests and their tracebacks' ``E`` lines.
+_FAILURE_MARKS = ("fatal: ", "failed: [", "ERROR ", "FAILED ", "E   ")
+EXCERPT_LINES = 120
+
+
+def failure_excerpt(lines: Sequence[str], limit: int = EXCERPT_LINES) -> list[str]:
+    """The lines of a failed scenario's log that say what failed (pure): each failing task from its
+    ``TASK [`` header to the failure line and the 10 lines after it, molecule's ERROR lines and
+    pytest's failures, in log order, the last ``limit`` lines (an ignored failure comes before the one
+    that ended the run). The log's tail alone shows only the
+    destroy that follows a failure."""
+    keep: set[int] = set()
+    for i, line in enumerate(lines):
+        text = line.lstrip()
+        if not text.startswith(_FAILURE_MARKS) or text.startswith("FAILED - RETRYING"):
+            continue  # an until-loop's retry is not a failure
+        start = i
+        while start > 0 and i - start < 30 and not lines[start].startswith("TASK ["):
+            start -= 1
+        if not lines[start].startswith("TASK ["):
+            start = i
+        keep.update(range(start, min(i + 11, len(lines))))
+    out: list[str] = []
+    previous = -2
+    for i in sorted(keep):
+        if i != previous + 1 and out:
+            out.append("[...]")
+        out.append(lines[i])
+        previous = i
+    return out[-limit:]
+
+
 def _load_durations() -> dict[str, float]:
     """This checkout's last durations, over EXPECTED_SECONDS."""
     try:
@@ -81,7 +114,11 @@ def _run(name: str) -> tuple[str, bool, float]:
     if ok:
         say(f"{name}: passed in {elapsed:.0f}s")
     else:
-        tail = log.read_text(errors="replace").splitlines()[-TAIL_LINES:]
+        lines = log.read_text(errors="replace").splitlines()
+        excerpt = failure_excerpt(lines)
+        if excerpt:
+            say(f"{name}: what failed, from {log.relative_to(ROOT)}:\n" + "\n".join(excerpt))
+        tail = lines[-TAIL_LINES:]
         say(f"{name}: FAILED after {elapsed:.0f}s; the end of {log.relative_to(ROOT)}:\n" + "\n".join(tail))
     return name, ok, elapsed
 

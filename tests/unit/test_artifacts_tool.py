@@ -118,3 +118,24 @@ def test_a_fresh_clone_starts_the_longest_scenario_first() -> None:
     eleven-host scenario first, so the others run beside it rather than before it."""
     assert set(molecule_run.EXPECTED_SECONDS) == set(molecule_run.all_scenarios())
     assert molecule_run.longest_first(molecule_run.all_scenarios(), molecule_run.EXPECTED_SECONDS)[0] == "multinode"
+
+
+def test_a_failed_scenario_shows_the_failing_task_not_only_the_destroy_after_it() -> None:
+    log = [
+        "TASK [kafka : Install] ****",
+        "ok: [ams-ams]",
+        "TASK [ams : Wait for the API] ****",
+        "Thursday 26 November 2026  00:05:50 +0000",
+        'fatal: [ams-ams]: FAILED! => {"msg": "Timeout when waiting for 127.0.0.1:8080"}',
+        "PLAY RECAP ****",
+        *[f"destroy line {i}" for i in range(200)],
+        "ERROR    Ansible return code was 2",
+    ]
+    excerpt = molecule_run.failure_excerpt(log)
+    assert excerpt[:3] == log[2:5]  # the task's header, down to its failure
+    assert "TASK [kafka : Install] ****" not in excerpt
+    assert excerpt[-1] == "ERROR    Ansible return code was 2"
+    assert "[...]" in excerpt  # the destroy's lines in between are left out
+    retried = ["TASK [x] ****", "FAILED - RETRYING: [h]: x (9 retries left).", "ok: [h]"]
+    assert molecule_run.failure_excerpt(retried) == []
+    assert len(molecule_run.failure_excerpt([f"fatal: [h{i}]: FAILED!" for i in range(500)], limit=50)) == 50
