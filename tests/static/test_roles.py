@@ -190,28 +190,28 @@ def _local_playbook(playbook: Path) -> list[str]:
     return [_tool("ansible-playbook"), *local, "--skip-tags", "ams_platform", str(playbook)]
 
 
-@pytest.mark.parametrize(
-    ("variables", "message"),
-    [
-        ({"ams_backend": "kafka"}, "backend kafka needs"),
-        ({"ams_service_token": "short"}, "at least 8 characters"),
-        ({"ams_push_worker_service": True}, "ams_push_worker_service needs backend kafka"),
-        ({"ams_republishers": [{"name": "a.b", "config": {}}]}, "unique name of letters"),
-        ({"ams_wheelhouse_src": "/nonexistent/wheels.tar"}, "must be a .tar of wheels on the controller"),
-        ({"ams_consume_owner": True}, "ams_consume_owner needs backend kafka"),
-        ({"ams_authn_enabled": True}, "ams_authn_enabled needs ams_authn_tls_certificate_src"),
-        (
-            {
-                "ams_authn_enabled": True,
-                "ams_authn_tls_certificate_src": "c.pem",
-                "ams_authn_tls_key_src": "k.pem",
-                "ams_authn_ca_dir": "/etc/grid-security/certificates",
-                "ams_authn_port": 8080,
-            },
-            "a TCP port other than the API's",
-        ),
-    ],
-)
+PREFLIGHT_REFUSALS: list[tuple[dict[str, Any], str]] = [
+    ({"ams_backend": "kafka"}, "backend kafka needs"),
+    ({"ams_service_token": "short"}, "at least 8 characters"),
+    ({"ams_push_worker_service": True}, "ams_push_worker_service needs backend kafka"),
+    ({"ams_republishers": [{"name": "a.b", "config": {}}]}, "unique name of letters"),
+    ({"ams_wheelhouse_src": "/nonexistent/wheels.tar"}, "must be a .tar of wheels on the controller"),
+    ({"ams_consume_owner": True}, "ams_consume_owner needs backend kafka"),
+    ({"ams_authn_enabled": True}, "ams_authn_enabled needs ams_authn_tls_certificate_src"),
+    (
+        {
+            "ams_authn_enabled": True,
+            "ams_authn_tls_certificate_src": "c.pem",
+            "ams_authn_tls_key_src": "k.pem",
+            "ams_authn_ca_dir": "/etc/grid-security/certificates",
+            "ams_authn_port": 8080,
+        },
+        "a TCP port other than the API's",
+    ),
+]
+
+
+@pytest.mark.parametrize(("variables", "message"), PREFLIGHT_REFUSALS)
 def test_ams_preflight_refuses_bad_inputs(tmp_path: Path, variables: dict[str, Any], message: str) -> None:
     """The ams role's preflight, run alone on localhost (nothing is installed), stops with its message."""
     wheelhouse = tmp_path / "ams-wheelhouse.tar"
@@ -235,6 +235,8 @@ def test_ams_preflight_refuses_bad_inputs(tmp_path: Path, variables: dict[str, A
     done = _run(_local_playbook(playbook))
     assert done.returncode != 0, done.stdout
     assert message in done.stdout, done.stdout[-3000:]
+    others = [m for _, m in PREFLIGHT_REFUSALS if m != message]
+    assert not [m for m in others if m in done.stdout], done.stdout[-3000:]  # only what failed is named
 
 
 def test_ams_preflight_accepts_the_test_inventory_values(tmp_path: Path) -> None:
