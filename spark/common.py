@@ -113,6 +113,8 @@ class SubscriptionState:
 
 
 def topic_key(project_uuid: str, topic: str) -> str:
+    """A topic's Kafka topic, named as the service names it (ams_app.service.base.topic_key; the
+    cluster does not carry ams_app, and tests/api/test_spark_store_layout.py holds the two together)."""
     return f"{project_uuid}.{topic}"
 
 
@@ -155,7 +157,8 @@ def read_topics(db: Any) -> list[tuple[str, str]]:
 
 
 def read_subscriptions(db: Any) -> list[SubscriptionState]:
-    """Every subscription with the offset of its cursor's latest version (``ams_app.backends.mongo``)."""
+    """Every subscription with the offset of its cursor's latest version, in the layout of
+    ``ams_app.backends.mongo.store`` (pinned by tests/api/test_spark_store_layout.py)."""
     out: list[SubscriptionState] = []
     for sub in db["subscriptions"].find({}, {"project_uuid": 1, "name": 1, "topic": 1, "cursor_id": 1}):
         versions = db["cursors"].find({"cursor_id": sub["cursor_id"]}).sort("version", -1)
