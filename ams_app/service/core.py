@@ -73,9 +73,13 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
         self.unavailable: tuple[str, ...] = ()
         self.store_name = "the metadata store" if settings.backend == "kafka" else "the embedded metadata store"
         self.log_name = "Kafka" if settings.backend == "kafka" else "the embedded message log"
+        #: set to have the health check look again now rather than at its next interval
+        self._look_again = Event()
         self._guards = {
-            self.store_name: Guarded(store, self.store_name, lambda: self.store_name in self.unavailable),
-            self.log_name: Guarded(log, self.log_name, lambda: self.log_name in self.unavailable),
+            self.store_name: Guarded(
+                store, self.store_name, lambda: self.store_name in self.unavailable, self._look_again.set
+            ),
+            self.log_name: Guarded(log, self.log_name, lambda: self.log_name in self.unavailable, self._look_again.set),
         }
         store = cast(MetadataStore, self._guards[self.store_name])
         log = cast(MessageLog, self._guards[self.log_name])
@@ -125,7 +129,8 @@ class AmsService(SchemaOps, RegistrationOps, MetricsOps, PushOps):  # each a Ser
                 abandoned = self._guards[name].abandon()
                 if abandoned:
                     logger.warning("%s is unavailable: %d waiting calls answer 503", name, abandoned)
-            self.stopping.wait(_HEALTH_INTERVAL)
+            self._look_again.wait(_HEALTH_INTERVAL)  # or sooner, when a call found a backend gone
+            self._look_again.clear()
 
     def close(self) -> None:
         self.stopping.set()

@@ -10,6 +10,12 @@ needs no restart.
 
 A call abandoned this way may still complete inside the backend (a publish may be stored after
 all): the client, told 503, sends it again, and at-least-once delivery holds.
+
+A call that fails with the backend's own 503 (Kafka's ``Backend Error``) before the health check
+has found the outage pings the backend once, for at most ``CONFIRM_SECONDS``: when that ping fails
+too, the answer is ``503 <backend> is unavailable``, naming the cause, and the health check is asked
+to look again at once (``recheck``). A backend that answers the ping keeps its own error (a
+partition without a leader, say).
 """
 
 from __future__ import annotations
@@ -25,15 +31,20 @@ from ams_app.errors import AmsError
 
 #: Calls that must reach the backend whatever the health check last found.
 PASS_THROUGH = frozenset({"ping", "close"})
+#: How long a failed call's confirming ping may take; a backend that is up answers in milliseconds.
+CONFIRM_SECONDS = 1.0
 
 
 class Guarded:
     """``target`` with every method refused while ``is_down()`` says so."""
 
-    def __init__(self, target: Any, name: str, is_down: Callable[[], bool]) -> None:
+    def __init__(
+        self, target: Any, name: str, is_down: Callable[[], bool], recheck: Callable[[], None] = lambda: None
+    ) -> None:
         self._target = target
         self._name = name
         self._is_down = is_down
+        self._recheck = recheck
         self._waiting: set[Any] = set()  # greenlets inside a call to the backend
 
     def unavailable(self) -> AmsError:
@@ -43,7 +54,7 @@ class Guarded:
         value = getattr(self._target, attr)
         if attr in PASS_THROUGH or attr.startswith("_") or not callable(value):
             return value
-        is_down, waiting, unavailable = self._is_down, self._waiting, self.unavailable
+        is_down, waiting, unavailable, gone = self._is_down, self._waiting, self.unavailable, self._gone
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if is_down():
@@ -52,11 +63,28 @@ class Guarded:
             waiting.add(current)
             try:
                 return value(*args, **kwargs)
+            except AmsError as exc:
+                if exc.code == 503 and exc.status == "UNAVAILABLE" and gone():
+                    raise unavailable() from exc
+                raise
             finally:
                 waiting.discard(current)
 
         self.__dict__[attr] = guarded  # methods do not change: built once, found directly next time
         return guarded
+
+    def _gone(self) -> bool:
+        """After a call failed with the backend's 503: is the backend down (found so, or not
+        answering a ping now)? A ping that fails also asks the health check to look again."""
+        if self._is_down():
+            return True
+        try:
+            with gevent.Timeout(CONFIRM_SECONDS):
+                self._target.ping()
+            return False
+        except (Exception, gevent.Timeout):
+            self._recheck()
+            return True
 
     def abandon(self) -> int:
         """Fail every call of a greenlet of this hub that waits on the backend now (it was just

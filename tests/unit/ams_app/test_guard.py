@@ -90,3 +90,62 @@ def test_calls_waiting_when_the_backend_is_found_down_answer_503_at_once() -> No
         assert waiter.exception.envelope()["error"]["message"] == "Kafka is unavailable"
     assert done.value == "quick"
     assert g.abandon() == 0  # nobody waits any more
+
+
+class Failing:
+    """A backend whose call fails with its own 503 (Kafka's ``Backend Error``); its ping answers
+    or not, as ``answers`` says."""
+
+    def __init__(self, answers: bool) -> None:
+        self.answers = answers
+        self.pings = 0
+
+    def read(self) -> str:
+        raise AmsError(503, "Backend Error", "UNAVAILABLE")
+
+    def big(self) -> str:
+        raise AmsError.too_large()
+
+    def ping(self) -> None:
+        self.pings += 1
+        if not self.answers:
+            raise RuntimeError("all brokers are down")
+
+
+def test_a_backend_error_before_the_outage_was_found_names_the_backend_when_it_does_not_answer() -> None:
+    rechecks: list[int] = []
+    backend = Failing(answers=False)
+    g = Guarded(backend, "Kafka", lambda: False, lambda: rechecks.append(1))
+    with pytest.raises(AmsError) as refused:
+        g.read()
+    assert refused.value.envelope()["error"]["message"] == "Kafka is unavailable"
+    assert (backend.pings, rechecks) == (1, [1])  # and the health check is asked to look again now
+
+
+def test_a_backend_error_of_a_backend_that_answers_stays_its_own() -> None:
+    rechecks: list[int] = []
+    backend = Failing(answers=True)
+    g = Guarded(backend, "Kafka", lambda: False, lambda: rechecks.append(1))
+    with pytest.raises(AmsError) as refused:
+        g.read()
+    assert refused.value.message == "Backend Error"  # a partition without a leader, say
+    with pytest.raises(AmsError) as too_large:
+        g.big()
+    assert too_large.value.code == 413
+    assert (backend.pings, rechecks) == (1, [])  # a 413 is not a reason to ping
+
+
+def test_a_ping_that_hangs_counts_as_no_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gevent
+
+    from ams_app.service import guard
+
+    class Hanging(Failing):
+        def ping(self) -> None:
+            gevent.sleep(5)
+
+    monkeypatch.setattr(guard, "CONFIRM_SECONDS", 0.05)
+    g = Guarded(Hanging(answers=True), "Kafka", lambda: False)
+    with pytest.raises(AmsError) as refused:
+        g.read()
+    assert refused.value.message == "Kafka is unavailable"
