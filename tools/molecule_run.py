@@ -62,8 +62,7 @@ def failure_excerpt(lines: Sequence[str], limit: int = EXCERPT_LINES) -> list[st
     """The lines of a failed scenario's log that say what failed (pure): each failing task from its
     ``TASK [`` header to the failure line and the 10 lines after it, molecule's ERROR lines and
     pytest's failures, in log order, the last ``limit`` lines (an ignored failure comes before the one
-    that ended the run). The log's tail alone shows only the
-    destroy that follows a failure."""
+    that ended the run). The log's tail alone shows only the destroy that follows a failure."""
     keep: set[int] = set()
     for i, line in enumerate(lines):
         text = line.lstrip()
