@@ -18,9 +18,12 @@ from collections.abc import Iterator
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import requests
+
+if TYPE_CHECKING:
+    from ams_app.backends.mongo.store import MongoMetadataStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,6 +104,21 @@ def service_settings() -> dict[str, str]:
         if override:
             found[key] = override
     return found
+
+
+@contextlib.contextmanager
+def scratch_mongo_store(prefix: str) -> Iterator[MongoMetadataStore]:
+    """A MongoDB store (ams_app/backends/mongo/store.py) on the tests' MongoDB-wire server, in a
+    database of its own named after ``prefix``, dropped and closed on the way out."""
+    from ams_app.backends.mongo.store import MongoMetadataStore
+
+    database = unique(prefix).replace("-", "_")
+    store = MongoMetadataStore(service_settings()["AMS_MONGO_URI"], database, 10)
+    try:
+        yield store
+    finally:
+        store.client.drop_database(database)
+        store.close()
 
 
 def services_reachable(settings: dict[str, str], timeout: float = 2.0) -> str | None:

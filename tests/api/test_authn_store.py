@@ -18,12 +18,11 @@ from pathlib import Path
 import pytest
 from pymongo.errors import OperationFailure
 
-from ams_app.backends.mongo.store import MongoMetadataStore
 from ams_app.backends.sqlite.store import SqliteMetadataStore
 from ams_app.backends.store import BindingWrite, InvalidPageToken, MetadataStore
 from ams_app.models import Binding, ServiceType
 from tests.conftest import require_backend
-from tests.helpers import service_settings, unique
+from tests.helpers import scratch_mongo_store
 
 CREATED = "2026-01-02T03:04:05Z"
 
@@ -38,13 +37,8 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MetadataSt
             embedded.close()
         return
     require_backend("kafka")
-    database = unique("ams_authn_store_test").replace("-", "_")
-    mongo = MongoMetadataStore(service_settings()["AMS_MONGO_URI"], database, 10)
-    try:
+    with scratch_mongo_store("ams_authn_store_test") as mongo:
         yield mongo
-    finally:
-        mongo.client.drop_database(database)
-        mongo.close()
 
 
 def service_type(name: str, *hosts: str) -> ServiceType:
@@ -409,9 +403,7 @@ def test_mongo_writes_again_when_the_conflicting_binding_went_before_it_was_name
     makes both in one transaction). Found nothing: the binding collided with is gone, and the
     write is tried again rather than answered with a conflict that no longer is."""
     require_backend("kafka")
-    database = unique("ams_authn_store_test").replace("-", "_")
-    store = MongoMetadataStore(service_settings()["AMS_MONGO_URI"], database, 10)
-    try:
+    with scratch_mongo_store("ams_authn_store_test") as store:
         assert store.create_binding(binding("alice", "CN=Alice")) == "ok"
         name_conflict = store._binding_conflict
         looks: list[BindingWrite | None] = []
@@ -428,6 +420,3 @@ def test_mongo_writes_again_when_the_conflicting_binding_went_before_it_was_name
         got = store.get_binding("alice")
         assert got is not None
         assert got.auth_identifier == "CN=Alice, again"
-    finally:
-        store.client.drop_database(database)
-        store.close()

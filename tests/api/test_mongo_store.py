@@ -15,17 +15,14 @@ import pytest
 from ams_app.backends.mongo.store import MongoMetadataStore
 from ams_app.models import Subscription
 from tests.conftest import require_backend
-from tests.helpers import service_settings, unique
+from tests.helpers import scratch_mongo_store
 
 
 @pytest.fixture
 def store() -> Iterator[MongoMetadataStore]:
     require_backend("kafka")
-    database = unique("ams_store_test").replace("-", "_")
-    s = MongoMetadataStore(service_settings()["AMS_MONGO_URI"], database, 10)
-    yield s
-    s.client.drop_database(database)
-    s.close()
+    with scratch_mongo_store("ams_store_test") as s:
+        yield s
 
 
 def test_concurrent_swaps_have_one_winner_per_version(store: MongoMetadataStore) -> None:

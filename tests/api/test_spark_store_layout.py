@@ -16,17 +16,14 @@ from ams_app.models import Project, Subscription, Topic
 from ams_app.service.base import topic_key
 from spark import common
 from tests.conftest import require_backend
-from tests.helpers import service_settings, unique
+from tests.helpers import scratch_mongo_store, unique
 
 
 @pytest.fixture
 def store() -> Iterator[MongoMetadataStore]:
     require_backend("kafka")
-    database = unique("ams_layout_test").replace("-", "_")
-    s = MongoMetadataStore(service_settings()["AMS_MONGO_URI"], database, 10)
-    yield s
-    s.client.drop_database(database)
-    s.close()
+    with scratch_mongo_store("ams_layout_test") as s:
+        yield s
 
 
 def advance(store: MongoMetadataStore, project_uuid: str, name: str, offset: int) -> None:
@@ -66,7 +63,9 @@ def test_a_cursor_whose_history_was_swept_still_reads_its_committed_offset(store
     assert store.create_subscription(Subscription(project.uuid, "s", "alerts"), 3)
     for offset in range(4, 10):
         advance(store, project.uuid, "s", offset)
-    cursor_id = store.db["subscriptions"].find_one({"name": "s"})["cursor_id"]
+    sub = store.db["subscriptions"].find_one({"name": "s"})
+    assert sub is not None
+    cursor_id = sub["cursor_id"]
     store.db["cursors"].update_many({"cursor_id": cursor_id}, {"$set": {"at": 0}})  # quiet for long
     assert store.tidy_cursor(cursor_id) > 0
     assert common.read_subscriptions(store.db) == [
