@@ -1,42 +1,13 @@
-"""ams_app: the ARGO Messaging Service API v1 on Flask + gevent. Nothing happens at import."""
+"""ams_app: the ARGO Messaging Service API v1 on Flask + gevent. Nothing happens at import.
+
+The package holds only the version; the app is made in ams_app/app.py (the layout: README.md)."""
 
 from __future__ import annotations
 
 from importlib import metadata
-from typing import TYPE_CHECKING
 
 try:
     # the installed distribution's version: a rolling upgrade shows on /v1/version (docs/ansible.md)
     __version__ = metadata.version("ams-app")
 except metadata.PackageNotFoundError:  # a source tree that was never installed
     __version__ = "0.0.0+unknown"
-
-if TYPE_CHECKING:
-    from flask import Flask
-
-    from ams_app.service.core import AmsService
-    from ams_app.settings import Settings
-
-
-def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
-    """Build the WSGI app: config, then the service (backends), blueprints, error handlers."""
-    from flask import Flask
-
-    from ams_app.api import routes
-    from ams_app.api.pipeline import NameConverter
-    from ams_app.backends import open_backends
-    from ams_app.errors_http import register_error_handlers
-    from ams_app.service.core import AmsService
-
-    app = Flask(__name__, static_folder=None)  # no static files: no /static route
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.url_map.converters["name"] = NameConverter
-    if service is None:
-        store, log = open_backends(settings)
-        service = AmsService(settings, store, log)
-    app.extensions["ams"] = service
-    app.register_blueprint(routes.bp)
-    app.register_blueprint(routes.prometheus_bp)
-    register_error_handlers(app)
-    return app

@@ -13,7 +13,6 @@ import logging  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from http import HTTPStatus  # noqa: E402
 from typing import Any  # noqa: E402
@@ -23,8 +22,9 @@ from gevent.event import Event  # noqa: E402
 from gevent.pool import Pool  # noqa: E402
 from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 
-from ams_app import create_app  # noqa: E402
+from ams_app.app import create_app  # noqa: E402
 from ams_app.errors import AmsError  # noqa: E402
+from ams_app.logs import configure_logging  # noqa: E402
 from ams_app.push.worker import start_push  # noqa: E402
 from ams_app.service.core import AmsService  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
@@ -277,14 +277,6 @@ class Server(WSGIServer):  # type: ignore[misc]
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.client_timeout)
         super().handle(sock, address)
-
-
-def configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        stream=sys.stdout,
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
 
 
 def serve(settings: Settings) -> int:

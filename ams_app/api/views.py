@@ -6,9 +6,9 @@ from typing import Any
 
 from ams_app.backends.store import MetadataStore
 from ams_app.models import Project, Registration, Schema, Subscription, Topic, User
-from ams_app.push.http import message_json
 from ams_app.service.core import Delivery
 from ams_app.timeutil import zulu_seconds
+from ams_app.wire import message_json
 
 
 def project_view(store: MetadataStore, project: Project) -> dict[str, Any]:

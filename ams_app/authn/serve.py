@@ -20,13 +20,14 @@ from ams_app.authn.service import AuthnService  # noqa: E402
 from ams_app.authn.tls import AuthnHandler, PeerCertContext  # noqa: E402
 from ams_app.authn.x509 import TrustStore  # noqa: E402
 from ams_app.backends import open_metadata_store  # noqa: E402
+from ams_app.logs import configure_logging  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
 
 log = logging.getLogger("ams.authn")
 
 
 def serve_authn(settings: Settings) -> int:
-    ams_serve.configure_logging(settings)
+    configure_logging(settings)
     problems = settings.authn_problems()
     if problems:
         for problem in problems:

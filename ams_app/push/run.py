@@ -19,8 +19,8 @@ import gevent  # noqa: E402
 from gevent.event import Event  # noqa: E402
 
 from ams_app.backends import open_backends  # noqa: E402
+from ams_app.logs import configure_logging  # noqa: E402
 from ams_app.push.worker import PushWorker, coordinator_for  # noqa: E402
-from ams_app.serve import configure_logging  # noqa: E402
 from ams_app.service.core import AmsService  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Protocol
 
 from ams_app.auth import PUSH_WORKER, SERVICE_CALLER
 from ams_app.backends.log import StoredMessage
 from ams_app.errors import AmsError
 from ams_app.models import Cursor, Membership, Project, Subscription, User
-from ams_app.push.coordination import Coordinator
-from ams_app.push.http import PushClient
 from ams_app.service import cursor as cur
 from ams_app.service.base import ServiceBase, topic_key
 from ams_app.service.usage import UsageCounters
 from ams_app.timeutil import now_ns
+from ams_app.webhook import PushClient
 
 UNAVAILABLE = "Push server is currently unavailable"
 
@@ -30,10 +30,19 @@ def active(sub: Subscription) -> bool:
     return sub.push.enabled and sub.push.verified
 
 
+class PushMonitor(Protocol):
+    """The view of the push workers the service shows (ams_app/push/coordination.py provides it;
+    the service does not import the push package, which drives the service)."""
+
+    def workers(self) -> list[str]: ...
+
+    def claims(self, keys: list[str]) -> dict[str, dict[str, object]]: ...
+
+
 class PushOps(ServiceBase):
     usage: UsageCounters
     #: The claims of the push workers, for pushStatus and /v1/status; None: no view of them.
-    push_monitor: Coordinator | None = None
+    push_monitor: PushMonitor | None = None
     #: Called after a push configuration changed, so that an in-process worker rescans now.
     push_listeners: list[Callable[[], None]]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ams_app import create_app
+from ams_app.app import create_app
 from ams_app.settings import Settings
 from tests.conftest import BACKENDS, require_backend
 from tests.helpers import AmsServer, Api, error_of

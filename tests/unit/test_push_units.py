@@ -17,10 +17,11 @@ from ams_app.backends.log import StoredMessage
 from ams_app.errors import AmsError
 from ams_app.models import PushConfig
 from ams_app.push.coordination import LocalCoordinator, preferred_worker
-from ams_app.push.http import Outcome, PushClient, endpoint_body, mattermost_body, message_json
 from ams_app.push.pacing import Pacer, RateLimiter
 from ams_app.service import push
 from ams_app.settings import Settings
+from ams_app.webhook import Outcome, PushClient, endpoint_body, mattermost_body
+from ams_app.wire import message_json
 
 #: The keys a coordinator is asked about in the LocalCoordinator tests.
 ASKED = ["k", "other"]

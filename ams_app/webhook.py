@@ -1,9 +1,9 @@
-"""What a push endpoint receives (docs/push.md), and the proof of ownership of the endpoint."""
+"""The outbound side of push: what a push endpoint receives (docs/push.md), the proof of ownership
+of the endpoint, and the HTTP client that posts both. The service verifies endpoints with it; the
+push workers deliver with it."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -15,7 +15,7 @@ from ams_app import __version__
 from ams_app.backends.log import StoredMessage
 from ams_app.models import PushConfig
 from ams_app.settings import Settings
-from ams_app.timeutil import zulu_nanos
+from ams_app.wire import message_json, message_text
 
 USER_AGENT = f"ams-push-worker/{__version__}"
 #: Most bytes read of a verification answer (a hash is 64).
@@ -28,25 +28,6 @@ class Outcome:
     detail: str  # "HTTP 204", "HTTP 503", "timed out", ...
 
 
-def _text(data: str, decode: bool) -> str:
-    if not decode:
-        return data
-    try:
-        return base64.b64decode(data, validate=True).decode("utf-8", errors="replace")
-    except (binascii.Error, ValueError):
-        return data
-
-
-def message_json(message: StoredMessage, decode: bool) -> dict[str, Any]:
-    """A message as pull shows it (``data`` decoded when the config says base64Decode)."""
-    out: dict[str, Any] = {"messageId": str(message.offset)}
-    if message.attributes:
-        out["attributes"] = message.attributes
-    out["data"] = _text(message.data, decode)
-    out["publishTime"] = zulu_nanos(message.publish_ns)
-    return out
-
-
 def endpoint_body(config: PushConfig, subscription: str, messages: list[StoredMessage]) -> dict[str, Any]:
     """One message: ``{"message", "subscription"}``; with maxMessages > 1: ``{"messages": [...]}``."""
     wrapped = [{"message": message_json(m, config.base64_decode), "subscription": subscription} for m in messages]
@@ -57,7 +38,7 @@ def endpoint_body(config: PushConfig, subscription: str, messages: list[StoredMe
 
 def mattermost_body(config: PushConfig, message: StoredMessage) -> dict[str, Any]:
     return {
-        "text": _text(message.data, config.base64_decode),
+        "text": message_text(message.data, config.base64_decode),
         "username": config.mattermost_username,
         "channel": config.mattermost_channel,
     }

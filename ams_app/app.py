@@ -1,0 +1,35 @@
+"""The WSGI app: Flask with the API's routes and error handlers, over a service on its backends."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from ams_app.service.core import AmsService
+    from ams_app.settings import Settings
+
+
+def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
+    """Build the WSGI app: config, then the service (backends), blueprints, error handlers."""
+    from flask import Flask
+
+    from ams_app.api import routes
+    from ams_app.api.pipeline import NameConverter
+    from ams_app.backends import open_backends
+    from ams_app.errors_http import register_error_handlers
+    from ams_app.service.core import AmsService
+
+    app = Flask(__name__, static_folder=None)  # no static files: no /static route
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.url_map.converters["name"] = NameConverter
+    if service is None:
+        store, log = open_backends(settings)
+        service = AmsService(settings, store, log)
+    app.extensions["ams"] = service
+    app.register_blueprint(routes.bp)
+    app.register_blueprint(routes.prometheus_bp)
+    register_error_handlers(app)
+    return app
