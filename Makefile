@@ -28,9 +28,12 @@ run: venv
 test: venv services-up
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-## The quick loop: the embedded backend only, without the slow tests; needs no servers
+## The quick loop, in seconds and without servers: the service's rules in-process (the unit tests
+## of ams_app and the API tests marked inprocess, through Flask's test client, tests/inprocess.py)
+FAST_TESTS = tests/unit/ams_app tests/unit/test_push_units.py tests/unit/test_republish_routing.py tests/unit/test_inprocess_harness.py \
+	$(shell grep -l '^pytestmark = pytest.mark.inprocess' tests/api/test_*.py)
 test-fast: venv
-	AMS_TEST_BACKENDS=embedded $(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	AMS_TEST_BACKENDS=embedded $(BIN)/pytest $(FAST_TESTS) $(PYTEST_ARGS)
 
 lint: venv
 	$(BIN)/ruff check ams_app spark tests benchmarks tools molecule

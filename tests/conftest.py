@@ -13,6 +13,7 @@ import trustme
 from requests.adapters import HTTPAdapter
 
 from tests.helpers import AmsServer, Api, service_settings, services_reachable
+from tests.inprocess import InProcessServer, WsgiAdapter
 from tests.openapi_check import ResponseChecker, load_document
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -66,21 +67,44 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory, test_ca: trustme.CA) -> 
 
 
 @pytest.fixture(scope="session", params=BACKENDS)
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, tls_files: tuple[str, str, str]
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend of the API tests: each runs once per backend."""
+    require_backend(request.param)
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def socket_server(
+    backend: str, tmp_path_factory: pytest.TempPathFactory, tls_files: tuple[str, str, str]
 ) -> Iterator[AmsServer]:
     """One HTTPS server per backend for the API tests; each test works in projects of its own."""
-    require_backend(request.param)
-    data = tmp_path_factory.mktemp(f"ams-{request.param}") / "data"
-    srv = AmsServer(
-        data, tls=(tls_files[0], tls_files[1]), backend=request.param, env={"AMS_PUSH_CA_FILE": tls_files[2]}
-    ).start()
+    data = tmp_path_factory.mktemp(f"ams-{backend}") / "data"
+    srv = AmsServer(data, tls=(tls_files[0], tls_files[1]), backend=backend, env={"AMS_PUSH_CA_FILE": tls_files[2]})
+    srv.start()
     yield srv
     srv.stop()
 
 
+@pytest.fixture(scope="session")
+def inprocess_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    """The service in this process on the embedded backend (tests/inprocess.py)."""
+    srv = InProcessServer(tmp_path_factory.mktemp("ams-inprocess") / "data")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest, backend: str) -> AmsServer | InProcessServer:
+    """The service a module's tests talk to. A module marked ``inprocess`` (the rules, nothing
+    that needs a socket) reaches the embedded backend in-process, the Kafka backend over HTTPS;
+    any other module reaches both over HTTPS."""
+    if backend == "embedded" and request.node.get_closest_marker("inprocess"):
+        return request.getfixturevalue("inprocess_server")  # type: ignore[no-any-return]
+    return request.getfixturevalue("socket_server")  # type: ignore[no-any-return]
+
+
 @pytest.fixture
-def api(server: AmsServer) -> Api:
+def api(server: AmsServer | InProcessServer) -> Api:
     """A client holding the service token."""
     return server.api()
 
@@ -119,7 +143,8 @@ def make_server(tmp_path: Path, tls_files: tuple[str, str, str]) -> Iterator[Any
 @pytest.fixture(scope="session", autouse=True)
 def openapi_checker() -> Iterator[ResponseChecker]:
     """Every response the tests receive from the server (``/v1/...`` on 127.0.0.1, through
-    ``requests``, so argo-ams-library's calls too) is checked against ams_app/openapi.yaml."""
+    ``requests``, so argo-ams-library's calls too, and from the in-process service) is checked
+    against ams_app/openapi.yaml."""
     checker = ResponseChecker(load_document())
     original = HTTPAdapter.send
 
@@ -135,9 +160,23 @@ def openapi_checker() -> Iterator[ResponseChecker]:
             )
         return response
 
+    def send_inprocess(self: WsgiAdapter, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
+        response = inprocess(self, request, **kwargs)
+        checker.check(
+            request.method or "",
+            request.url or "",
+            response.status_code,
+            response.headers.get("Content-Type", ""),
+            response.content,
+        )
+        return response
+
+    inprocess = WsgiAdapter.send
     HTTPAdapter.send = send  # type: ignore[method-assign,assignment]
+    WsgiAdapter.send = send_inprocess  # type: ignore[method-assign]
     yield checker
     HTTPAdapter.send = original  # type: ignore[method-assign]
+    WsgiAdapter.send = inprocess  # type: ignore[method-assign]
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import requests
+from requests.adapters import HTTPAdapter
 
 if TYPE_CHECKING:
     from ams_app.backends.mongo.store import MongoMetadataStore
@@ -242,15 +243,19 @@ class AmsServer:
 
 
 class Api:
-    """requests with the base URL and a token (in ``x-api-key``)."""
+    """requests with the base URL and a token (in ``x-api-key``); ``transport`` (an adapter for the
+    base URL) reaches a service in-process (tests/inprocess.py) instead of over a socket."""
 
-    def __init__(self, base: str, token: str) -> None:
+    def __init__(self, base: str, token: str, transport: HTTPAdapter | None = None) -> None:
         self.base = base
         self.token = token
+        self.transport = transport
         self.session = requests.Session()
+        if transport is not None:
+            self.session.mount(base.rsplit("/v1", 1)[0] + "/", transport)
 
     def as_(self, token: str) -> Api:
-        return Api(self.base, token)
+        return Api(self.base, token, self.transport)
 
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | str | None = None, **kw: Any) -> Any:
         headers = kw.pop("headers", {})

@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers import AmsServer, Api, b64, error_of, unique
 
+pytestmark = pytest.mark.inprocess  # the rules: in-process on the embedded backend (tests/inprocess.py)
+
 UNAUTHORIZED = {"code": 401, "message": "Unauthorized", "status": "UNAUTHORIZED"}
 FORBIDDEN = {"code": 403, "message": "Access to this resource is forbidden", "status": "FORBIDDEN"}
 PULL_NOW = {"maxMessages": "1", "returnImmediately": "true"}

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.helpers import AmsServer
+from tests.helpers import AmsServer, Api
 
 LIMIT = 40  # max_connections of the server under test
 HEAD_SECONDS = 2
@@ -162,3 +162,20 @@ def test_an_idle_tls_client_that_never_says_hello_does_not_hold_a_slot(make_serv
     server: AmsServer = make_server(ams_max_connections=str(LIMIT), ams_request_head_timeout=str(HEAD_SECONDS))
     with idle_connections(server, 3 * LIMIT):  # TCP connected, no TLS handshake
         assert status_served(server) == 200
+
+
+# moved from test_pull_ack.py, which runs in-process on the embedded backend: waiting pulls on a
+# real server's greenlets, other requests on connections of their own
+def test_waiting_pulls_do_not_block_other_requests(api: Api, project: str, topic: str, sub: str) -> None:
+    waiters = [threading.Thread(target=api.as_(api.token).pull, args=(project, sub, 1, False)) for _ in range(20)]
+    for w in waiters:
+        w.start()
+    time.sleep(0.3)
+    for _ in range(5):
+        # a request stuck behind the waiting pulls would wait out their 2 s; unblocked ones take milliseconds
+        for path in ("/status", f"/projects/{project}/topics/{topic}"):
+            started = time.monotonic()
+            assert api.get(path).status_code == 200
+            assert time.monotonic() - started < 1.0, path
+    for w in waiters:
+        w.join(10)

@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers import Api, error_of, unique
 
+pytestmark = pytest.mark.inprocess  # the rules: in-process on the embedded backend (tests/inprocess.py)
+
 ZULU = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")

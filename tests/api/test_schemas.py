@@ -14,6 +14,8 @@ import pytest
 
 from tests.helpers import Api, b64, error_of, unique
 
+pytestmark = pytest.mark.inprocess  # the rules: in-process on the embedded backend (tests/inprocess.py)
+
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 JSON_SCHEMA: dict[str, Any] = {

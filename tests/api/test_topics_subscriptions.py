@@ -8,6 +8,8 @@ import pytest
 
 from tests.helpers import Api, error_of, unique
 
+pytestmark = pytest.mark.inprocess  # the rules: in-process on the embedded backend (tests/inprocess.py)
+
 ZULU = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 
 

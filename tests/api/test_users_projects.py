@@ -9,6 +9,8 @@ import pytest
 
 from tests.helpers import Api, error_of, unique
 
+pytestmark = pytest.mark.inprocess  # the rules: in-process on the embedded backend (tests/inprocess.py)
+
 TOKEN_RE = re.compile(r"^[0-9a-f]{64}$")
 UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
