@@ -177,6 +177,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{settings.host}:{settings.port}"
         print(f"settings are valid: backend {settings.backend}, listening on {where}, push {settings.push_worker}")
         return 0
+    from ams_app.backends.sqlite.db import SchemaTooNew
+
+    try:
+        return _command(args, settings)
+    except SchemaTooNew as exc:  # a data directory of a newer release: say so, no traceback
+        print(f"ams: {exc}", file=sys.stderr)
+        return 2
+
+
+def _command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "serve":
         from ams_app.serve import serve
 

@@ -330,9 +330,11 @@ def test_concurrent_creates_of_one_binding_have_one_winner(store: MetadataStore,
 def test_an_existing_embedded_database_gains_the_tables(tmp_path: Path) -> None:
     path = str(tmp_path / "metadata.db")
     SqliteMetadataStore(path).close()
-    with sqlite3.connect(path) as conn:  # as a database made before AuthN
+    with sqlite3.connect(path) as conn:  # as a database made before AuthN (and before schema versions)
         conn.execute("DROP TABLE authn_bindings")
         conn.execute("DROP TABLE authn_service_types")
+        conn.execute("DROP INDEX memberships_by_user")
+        conn.execute("PRAGMA user_version = 0")
     conn.close()
     store = SqliteMetadataStore(path)
     try:

@@ -8,6 +8,14 @@ answered commit survive a crash of the process or of the machine.
 Reads run in the caller's thread on a read-only connection, in a transaction of their own
 (a WAL snapshot: they see every commit that returned before they began, and never wait for
 the writer). A read function never yields to other greenlets, so nothing interleaves with it.
+
+The schema is versioned (``PRAGMA user_version``): a database is built by a list of migrations,
+the first of them the baseline, and opening it applies those it has not had yet, each in a
+transaction of its own together with its version number, so a crash leaves it at one version or
+the next. A database of a newer version than the code knows is refused: a downgrade would write
+rows that code does not understand. The baseline is written with ``IF NOT EXISTS``, so that the
+data directories of releases before versioning (version 0, tables present) pass through it.
+Operators: README.md, "The embedded backend".
 """
 
 from __future__ import annotations
@@ -15,7 +23,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from gevent.threadpool import ThreadPool
@@ -23,14 +31,63 @@ from gevent.threadpool import ThreadPool
 R = TypeVar("R")
 
 
+class SchemaTooNew(RuntimeError):
+    """The database was written by a newer version of the service."""
+
+
+def statements(script: str) -> list[str]:
+    """The SQL statements of ``script``, one by one (``executescript`` would commit the migration's
+    transaction before running them)."""
+    out: list[str] = []
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            out.append(pending.strip())
+            pending = ""
+    if pending.strip():
+        raise ValueError(f"an incomplete SQL statement at the end of a migration: {pending.strip()[:80]}")
+    return out
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection, migrations: Sequence[str], path: str = "") -> int:
+    """Bring the database on ``conn`` (autocommit mode) to ``len(migrations)``; the version it had."""
+    found = schema_version(conn)
+    if found > len(migrations):
+        raise SchemaTooNew(
+            f"{path or 'the database'} is at schema version {found}, this version of ams knows versions up "
+            f"to {len(migrations)}: a newer ams wrote it, and downgrades are not supported "
+            "(README.md, 'The embedded backend')"
+        )
+    for version in range(found, len(migrations)):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if schema_version(conn) == version:  # another process may have migrated meanwhile
+                for statement in statements(migrations[version]):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {version + 1}")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    return found
+
+
 class SqliteDb:
-    def __init__(self, path: str, schema: str) -> None:
+    def __init__(self, path: str, migrations: Sequence[str]) -> None:
         self.path = path
         self._pool = ThreadPool(1)
         self._conn: sqlite3.Connection | None = None
         self._lock = threading.Lock()
-        self._schema = schema
-        self.run(lambda conn: None)  # open and migrate now: errors surface at start-up
+        first = self._connect()  # open and migrate here and now: errors surface at start-up
+        try:
+            migrate(first, migrations, path)
+        finally:
+            first.close()
         os.chmod(path, 0o600)
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._reader.execute("PRAGMA query_only=ON")
@@ -41,7 +98,6 @@ class SqliteDb:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.executescript(self._schema)
         return conn
 
     def _call(self, fn: Callable[[sqlite3.Connection], R]) -> R:

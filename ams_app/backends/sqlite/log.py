@@ -14,7 +14,8 @@ from ams_app.backends.notify import AppendNotifier
 from ams_app.backends.sqlite.db import SqliteDb
 from ams_app.timeutil import now_ns
 
-SCHEMA = """
+#: Version 1, the baseline: the schema as releases before versioning made it.
+BASELINE = """
 CREATE TABLE IF NOT EXISTS log_topics (
     key TEXT PRIMARY KEY,
     next_offset INTEGER NOT NULL,
@@ -32,13 +33,17 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_time ON messages (key, publish_ns);
 """
 
+#: The schema's migrations, in order (ams_app/backends/sqlite/db.py). Append; never edit one that
+#: has shipped.
+MIGRATIONS = (BASELINE,)
+
 #: How often waiting pulls re-check the log when nothing woke them (another process may write).
 _RECHECK_SECONDS = 1.0
 
 
 class SqliteMessageLog:
     def __init__(self, path: str, retention_seconds: int = 0) -> None:
-        self.db = SqliteDb(path, SCHEMA)
+        self.db = SqliteDb(path, MIGRATIONS)
         self._notifier = AppendNotifier(_RECHECK_SECONDS)
         self._retention_ns = retention_seconds * 1_000_000_000
         self._janitor: Any = None

@@ -46,7 +46,9 @@ from ams_app.models import (
 
 T = TypeVar("T")
 
-SCHEMA = """
+#: Version 1, the baseline: the schema as releases before versioning made it (IF NOT EXISTS, so that
+#: their data directories pass through it unchanged).
+BASELINE = """
 CREATE TABLE IF NOT EXISTS projects (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     uuid TEXT NOT NULL UNIQUE,
@@ -156,6 +158,16 @@ CREATE TABLE IF NOT EXISTS authn_bindings (
 );
 """
 
+#: Version 2: every write of a user replaces its memberships by user_uuid, and deleting a user
+#: cascades to them by it; without an index both scanned the whole table.
+MEMBERSHIPS_BY_USER = """
+CREATE INDEX memberships_by_user ON memberships (user_uuid);
+"""
+
+#: The schema's migrations, in order: a database at version n has had the first n
+#: (ams_app/backends/sqlite/db.py). Append; never edit one that has shipped.
+MIGRATIONS = (BASELINE, MEMBERSHIPS_BY_USER)
+
 
 def _dump(doc: dict[str, Any]) -> str:
     return json.dumps(doc, separators=(",", ":"))
@@ -207,7 +219,7 @@ def _page(
 
 class SqliteMetadataStore:
     def __init__(self, path: str) -> None:
-        self.db = SqliteDb(path, SCHEMA)
+        self.db = SqliteDb(path, MIGRATIONS)
 
     def ping(self) -> None:
         self.db.read(lambda c: c.execute("SELECT 1").fetchone())

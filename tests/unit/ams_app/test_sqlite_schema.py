@@ -1,0 +1,138 @@
+"""The embedded backend's schema versions (ams_app/backends/sqlite/db.py): a fresh database is at
+the latest version, an old data directory upgrades in place and keeps its data, a failed step
+leaves the version it had, and a database of a newer release is refused."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ams_app.backends.sqlite import log as sqlite_log
+from ams_app.backends.sqlite import store as sqlite_store
+from ams_app.backends.sqlite.db import SchemaTooNew, migrate, schema_version, statements
+from tests.helpers import ROOT, b64, free_port
+from tests.inprocess import InProcessServer
+
+LEGACY = ROOT / "tests" / "fixtures" / "datadir-unversioned"
+LATEST = {"metadata": len(sqlite_store.MIGRATIONS), "messages": len(sqlite_log.MIGRATIONS)}
+
+
+def version_of(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return schema_version(conn)
+
+
+def indexes(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
+
+
+def restore_legacy(data: Path) -> None:
+    data.mkdir(parents=True)
+    for name in LATEST:
+        with sqlite3.connect(data / f"{name}.db") as conn:
+            conn.executescript((LEGACY / f"{name}.sql").read_text())
+
+
+def test_a_fresh_data_directory_is_at_the_latest_versions(tmp_path: Path) -> None:
+    InProcessServer(tmp_path / "data").stop()
+    for name, latest in LATEST.items():
+        assert version_of(tmp_path / "data" / f"{name}.db") == latest
+    assert "memberships_by_user" in indexes(tmp_path / "data" / "metadata.db")
+
+
+def test_an_unversioned_data_directory_upgrades_in_place_and_keeps_its_data(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    restore_legacy(data)
+    assert version_of(data / "metadata.db") == 0
+    assert "memberships_by_user" not in indexes(data / "metadata.db")
+
+    service = InProcessServer(data, token="legacy-service-token")
+    try:
+        api = service.api()
+        assert api.ok("GET", "/projects/legacy")["description"] == "written before schema versions"
+        alice = api.ok("GET", "/users/alice")
+        assert alice["projects"] == [
+            {"project": "legacy", "roles": ["consumer", "publisher"], "topics": [], "subscriptions": []}
+        ]
+        assert api.as_(alice["token"]).get("/projects/legacy/topics/events").status_code == 200
+        assert api.ok("GET", "/projects/legacy/subscriptions/reader:offsets")["current"] == 1
+        pulled = api.pull("legacy", "reader")
+        assert [m["message"]["data"] for m in pulled] == [b64("two"), b64("three")]
+        assert [m["message"]["messageId"] for m in pulled] == ["1", "2"]
+        # and it goes on: a new user's memberships take the new index's path
+        api.ok("POST", "/users/bob", {"projects": [{"project": "legacy", "roles": ["consumer"]}]})
+        assert api.publish("legacy", "events", "four") == ["3"]
+    finally:
+        service.stop()
+    for name, latest in LATEST.items():
+        assert version_of(data / f"{name}.db") == latest
+    assert "memberships_by_user" in indexes(data / "metadata.db")
+
+
+def test_a_failed_step_leaves_the_version_it_had(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    good = ["CREATE TABLE a (x INTEGER);"]
+    assert migrate(conn, good) == 0
+    broken = [*good, "CREATE TABLE b (y INTEGER);\nCREATE INDEX b_by_z ON b (z);"]
+    with pytest.raises(sqlite3.OperationalError):
+        migrate(conn, broken)
+    assert schema_version(conn) == 1
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name='b'").fetchone() is None  # rolled back whole
+    fixed = [*good, "CREATE TABLE b (y INTEGER);\nCREATE INDEX b_by_y ON b (y);"]
+    assert migrate(conn, fixed) == 1
+    assert schema_version(conn) == 2
+    assert migrate(conn, fixed) == 2  # nothing left to do
+    conn.close()
+
+
+def test_a_data_directory_of_a_newer_release_is_refused(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    InProcessServer(data).stop()
+    newer = LATEST["metadata"] + 1
+    with sqlite3.connect(data / "metadata.db") as conn:
+        conn.execute(f"PRAGMA user_version = {newer}")
+    with pytest.raises(SchemaTooNew, match=f"schema version {newer}"):
+        sqlite_store.SqliteMetadataStore(str(data / "metadata.db"))
+    # the service says so and stops, without a traceback
+    ran = subprocess.run(
+        [sys.executable, "-m", "ams_app", "serve", "--data-dir", str(data), "--port", str(free_port())],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=ROOT,
+    )
+    assert ran.returncode == 2, ran.stderr
+    assert f"is at schema version {newer}" in ran.stderr, ran.stderr
+    assert "Traceback" not in ran.stderr, ran.stderr
+    assert version_of(data / "metadata.db") == newer  # untouched
+
+
+def test_statements_are_split_whole() -> None:
+    script = "CREATE TABLE t (\n  a TEXT -- one; two\n);\nCREATE INDEX i ON t (a);\n"
+    assert statements(script) == ["CREATE TABLE t (\n  a TEXT -- one; two\n);", "CREATE INDEX i ON t (a);"]
+    with pytest.raises(ValueError, match="incomplete"):
+        statements("CREATE TABLE t (a")
+
+
+def test_the_shipped_migrations_are_only_appended() -> None:
+    """A migration that shipped is never edited: its version already stands on operators' disks.
+    The baselines must build exactly the schema the unversioned release made."""
+    for name, module in (("metadata", sqlite_store), ("messages", sqlite_log)):
+        legacy = sqlite3.connect(":memory:")
+        legacy.executescript((LEGACY / f"{name}.sql").read_text())
+        fresh = sqlite3.connect(":memory:", isolation_level=None)
+        migrate(fresh, module.MIGRATIONS[:1])
+
+        def shape(conn: sqlite3.Connection) -> set[tuple[str, str]]:
+            return {
+                (r[0], r[1])
+                for r in conn.execute("SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")
+            }
+
+        assert shape(fresh) == shape(legacy), name
