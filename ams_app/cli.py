@@ -122,7 +122,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
             print(f"try: curl -H 'x-api-key: {existing.token}' http://{settings.host}:{settings.port}/v1/projects")
         elif args.verb == "create-project":
             created = svc.create_project(SERVICE_CALLER, args.name, {"description": args.description})
-            print(json.dumps(project_view(store, created), indent=2))
+            print(json.dumps(project_view(svc, created), indent=2))
         elif args.verb == "create-user":
             projects = []
             for spec in args.project:
@@ -130,7 +130,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
                 projects.append({"project": name, "roles": [r for r in roles.split(",") if r]})
             body = {"email": args.email, "service_roles": args.service_role, "projects": projects}
             created_user = svc.create_user(SERVICE_CALLER, args.name, body)
-            print(json.dumps(user_view(store, created_user, privileged=True), indent=2))
+            print(json.dumps(user_view(svc, created_user, privileged=True), indent=2))
         elif args.verb == "show-token":
             print(svc.user(args.name).token)
         elif args.verb == "metrics":

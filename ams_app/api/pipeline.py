@@ -150,7 +150,7 @@ def forward_early(view_args: dict[str, str]) -> None:
     project_name, sub_name = view_args.get("project", ""), view_args.get("subscription", "")
     if not (valid_name(project_name) and valid_name(sub_name)):
         return
-    project = svc.store.get_project(name=project_name)
+    project = svc.find_project_named(project_name)
     if project is None:
         return
     key = f"{project.uuid}.{sub_name}"

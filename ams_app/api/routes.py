@@ -156,7 +156,7 @@ def _page(key: str, items: list[Any], page: Page[Any]) -> Response:
 
 
 def _privileged(ctx: Ctx, user: User) -> Response:
-    return ok(user_view(ctx.svc.store, user, privileged=True))
+    return ok(user_view(ctx.svc, user, privileged=True))
 
 
 @bp.get("/users/profile")
@@ -165,31 +165,25 @@ def users_profile() -> Response:
     caller = svc.caller_for_token(request_token())
     if caller is None or caller.user is None:
         raise AmsError.unauthorized()
-    return ok(user_view(svc.store, caller.user, privileged=True))
+    return ok(user_view(svc, caller.user, privileged=True))
 
 
 @add_route(bp, "/users", "users:list", "GET")
 def users_list(ctx: Ctx) -> Response:
     page = ctx.svc.list_users(request.args.get("project"), *_paging())
     details = flag("details")
-    users = [user_view(ctx.svc.store, u, privileged=True, with_projects=details) for u in page.items]
+    users = [user_view(ctx.svc, u, privileged=True, with_projects=details) for u in page.items]
     return _page("users", users, page)
 
 
 @add_route(bp, "/users:byToken/<name:token>", "users:byToken", "GET")
 def users_by_token(ctx: Ctx, token: str) -> Response:
-    user = ctx.svc.store.get_user(token=token)
-    if user is None:
-        raise AmsError.not_found("User")
-    return _privileged(ctx, user)
+    return _privileged(ctx, ctx.svc.user_by_token(token))
 
 
 @add_route(bp, "/users:byUUID/<name:uuid>", "users:byUUID", "GET")
 def users_by_uuid(ctx: Ctx, uuid: str) -> Response:
-    user = ctx.svc.store.get_user(uuid=uuid)
-    if user is None:
-        raise AmsError.not_found("User")
-    return _privileged(ctx, user)
+    return _privileged(ctx, ctx.svc.user_by_uuid(uuid))
 
 
 @add_route(bp, U, "users:show", "GET")
@@ -221,23 +215,23 @@ def users_delete(ctx: Ctx, user: str) -> Response:
 # ---------------------------------------------------------------------- projects -----------
 @add_route(bp, "/projects", "projects:list", "GET")
 def projects_list(ctx: Ctx) -> Response:
-    projects = [project_view(ctx.svc.store, p) for p in ctx.svc.store.list_projects()]
+    projects = [project_view(ctx.svc, p) for p in ctx.svc.projects()]
     return ok({"projects": projects} if projects else {})
 
 
 @add_route(bp, P, "projects:show", "GET")
 def projects_show(ctx: Ctx, project: str) -> Response:
-    return ok(project_view(ctx.svc.store, ctx.proj))
+    return ok(project_view(ctx.svc, ctx.proj))
 
 
 @add_route(bp, P, "projects:create", "POST")
 def projects_create(ctx: Ctx, project: str) -> Response:
-    return ok(project_view(ctx.svc.store, ctx.svc.create_project(ctx.caller, project, body())))
+    return ok(project_view(ctx.svc, ctx.svc.create_project(ctx.caller, project, body())))
 
 
 @add_route(bp, P, "projects:update", "PUT")
 def projects_update(ctx: Ctx, project: str) -> Response:
-    return ok(project_view(ctx.svc.store, ctx.svc.update_project(ctx.proj, body())))
+    return ok(project_view(ctx.svc, ctx.svc.update_project(ctx.proj, body())))
 
 
 @add_route(bp, P, "projects:delete", "DELETE")
@@ -249,8 +243,8 @@ def projects_delete(ctx: Ctx, project: str) -> Response:
 # ---------------------------------------------------------------------- members ------------
 def _member(ctx: Ctx, user: User) -> Response:
     if ctx.caller.is_service_admin:
-        return ok(user_view(ctx.svc.store, user, privileged=True))
-    return ok(user_view(ctx.svc.store, user, privileged=False, only_project=ctx.proj))
+        return ok(user_view(ctx.svc, user, privileged=True))
+    return ok(user_view(ctx.svc, user, privileged=False, only_project=ctx.proj))
 
 
 @add_route(bp, P + "/members", "projects:listUsers", "GET")
@@ -260,7 +254,7 @@ def members_list(ctx: Ctx, project: str) -> Response:
     privileged = ctx.caller.is_service_admin
     users = [
         user_view(
-            ctx.svc.store,
+            ctx.svc,
             u,
             privileged=privileged,
             only_project=None if privileged else ctx.proj,
@@ -360,7 +354,7 @@ def topics_detach_schema(ctx: Ctx, project: str, topic: str) -> Response:
 # ---------------------------------------------------------------------- schemas ------------
 @add_route(bp, P + "/schemas", "schemas:list", "GET")
 def schemas_list(ctx: Ctx, project: str) -> Response:
-    return ok({"schemas": [schema_view(ctx.proj, s) for s in ctx.svc.store.list_schemas(ctx.proj.uuid)]})
+    return ok({"schemas": [schema_view(ctx.proj, s) for s in ctx.svc.schemas(ctx.proj)]})
 
 
 @add_route(bp, SC, "schemas:show", "GET")
@@ -397,18 +391,18 @@ def schemas_validate(ctx: Ctx, project: str, schema: str) -> Response:
 # ---------------------------------------------------------------------- registrations ------
 @add_route(bp, "/registrations", "registrations:newUser", "POST")
 def registrations_create(ctx: Ctx) -> Response:
-    return ok(registration_view(ctx.svc.store, ctx.svc.register(body())))
+    return ok(registration_view(ctx.svc, ctx.svc.register(body())))
 
 
 @add_route(bp, "/registrations", "registrations:list", "GET")
 def registrations_list(ctx: Ctx) -> Response:
     found = ctx.svc.list_registrations(request.args.to_dict())
-    return ok({"user_registrations": [registration_view(ctx.svc.store, r) for r in found]})
+    return ok({"user_registrations": [registration_view(ctx.svc, r) for r in found]})
 
 
 @add_route(bp, R, "registrations:show", "GET")
 def registrations_show(ctx: Ctx, uuid: str) -> Response:
-    return ok(registration_view(ctx.svc.store, ctx.svc.registration(uuid)))
+    return ok(registration_view(ctx.svc, ctx.svc.registration(uuid)))
 
 
 @add_route(bp, R + ":accept", "registrations:acceptNewUser", "POST")

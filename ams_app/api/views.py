@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from ams_app.backends.store import MetadataStore
 from ams_app.models import Project, Registration, Schema, Subscription, Topic, User
 from ams_app.service.core import Delivery
 from ams_app.timeutil import zulu_seconds
 from ams_app.wire import message_json
 
 
-def project_view(store: MetadataStore, project: Project) -> dict[str, Any]:
+class Directory(Protocol):
+    """The names behind the uuids a view shows (the service provides them, ams_app/service/base.py)."""
+
+    def find_user(self, uuid: str) -> User | None: ...
+
+    def find_project(self, uuid: str) -> Project | None: ...
+
+    def acl_of_user(self, uuid: str) -> list[tuple[str, str, str]]: ...
+
+
+def project_view(names: Directory, project: Project) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": project.name,
         "created_on": zulu_seconds(project.created_on),
         "modified_on": zulu_seconds(project.modified_on),
     }
     if project.created_by:
-        creator = store.get_user(uuid=project.created_by)
+        creator = names.find_user(project.created_by)
         if creator is not None:
             out["created_by"] = creator.name
     if project.description:
@@ -27,7 +36,7 @@ def project_view(store: MetadataStore, project: Project) -> dict[str, Any]:
 
 
 def user_view(
-    store: MetadataStore,
+    names: Directory,
     user: User,
     *,
     privileged: bool,
@@ -38,12 +47,12 @@ def user_view(
     the memberships shown to one project."""
     out: dict[str, Any] = {"uuid": user.uuid}
     if with_projects:
-        acl = store.acl_of_user(user.uuid)
+        acl = names.acl_of_user(user.uuid)
         projects = []
         for membership in user.projects:
             if only_project is not None and membership.project_uuid != only_project.uuid:
                 continue
-            project = only_project or store.get_project(uuid=membership.project_uuid)
+            project = only_project or names.find_project(membership.project_uuid)
             if project is None:
                 continue
             projects.append(
@@ -67,7 +76,7 @@ def user_view(
     out["created_on"] = zulu_seconds(user.created_on)
     out["modified_on"] = zulu_seconds(user.modified_on)
     if privileged and user.created_by:
-        creator = store.get_user(uuid=user.created_by)
+        creator = names.find_user(user.created_by)
         if creator is not None:
             out["created_by"] = creator.name
     return out
@@ -128,7 +137,7 @@ def schema_view(project: Project, schema: Schema) -> dict[str, Any]:
     }
 
 
-def registration_view(store: MetadataStore, registration: Registration) -> dict[str, Any]:
+def registration_view(names: Directory, registration: Registration) -> dict[str, Any]:
     out: dict[str, Any] = {"uuid": registration.uuid, "name": registration.name}
     for key in ("first_name", "last_name", "organization", "description", "email"):
         out[key] = getattr(registration, key)
@@ -139,7 +148,7 @@ def registration_view(store: MetadataStore, registration: Registration) -> dict[
         out["activation_token"] = registration.activation_token
     out["registered_at"] = zulu_seconds(registration.registered_at)
     if registration.modified_at:
-        modifier = store.get_user(uuid=registration.modified_by) if registration.modified_by else None
+        modifier = names.find_user(registration.modified_by) if registration.modified_by else None
         if modifier is not None:
             out["modified_by"] = modifier.name
         out["modified_at"] = zulu_seconds(registration.modified_at)

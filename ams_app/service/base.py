@@ -15,7 +15,7 @@ from ams_app.auth import Caller
 from ams_app.backends.log import MessageLog
 from ams_app.backends.store import MetadataStore
 from ams_app.errors import AmsError
-from ams_app.models import Cursor, Project, Subscription, Topic, User
+from ams_app.models import Cursor, Project, Schema, Subscription, Topic, User
 from ams_app.service.owner import Owners
 from ams_app.settings import Settings
 from ams_app.timeutil import now_ns
@@ -59,6 +59,38 @@ class ServiceBase:
         if user is None:
             raise AmsError.not_found("User")
         return user
+
+    def user_by_token(self, token: str) -> User:
+        user = self.store.get_user(token=token)
+        if user is None:
+            raise AmsError.not_found("User")
+        return user
+
+    def user_by_uuid(self, uuid: str) -> User:
+        user = self.find_user(uuid)
+        if user is None:
+            raise AmsError.not_found("User")
+        return user
+
+    def projects(self) -> list[Project]:
+        return self.store.list_projects()
+
+    def schemas(self, project: Project) -> list[Schema]:
+        return self.store.list_schemas(project.uuid)
+
+    # --- what the API's views look up (ams_app/api/views.py Directory): None when it is gone ----
+    def find_user(self, uuid: str) -> User | None:
+        return self.store.get_user(uuid=uuid)
+
+    def find_project(self, uuid: str) -> Project | None:
+        return self.store.get_project(uuid=uuid)
+
+    def find_project_named(self, name: str) -> Project | None:
+        return self.store.get_project(name=name)
+
+    def acl_of_user(self, uuid: str) -> list[tuple[str, str, str]]:
+        """(kind, project uuid, name) of every topic and subscription whose ACL holds the user."""
+        return self.store.acl_of_user(uuid)
 
     def _acl_applies(self, caller: Caller, role: str) -> bool:
         return self.settings.per_resource_auth and not caller.is_service_token and caller.has(role)

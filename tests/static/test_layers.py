@@ -125,3 +125,14 @@ def test_the_graph_sees_the_imports_it_checks() -> None:
     assert "ams_app.push.worker" in edges["ams_app.serve"]
     assert "ams_app.service.core" in edges["ams_app.app"]  # inside create_app
     assert "ams_app.wire" in edges["ams_app.webhook"]
+
+
+def test_the_http_layer_reaches_metadata_only_through_the_service() -> None:
+    """No handler or view of ams_app/api reads the store past the service (its cache, its rules)."""
+    reach = [
+        f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path in sorted((PACKAGE / "api").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr == "store"
+    ]
+    assert not reach, "the API reaches the store directly at: " + ", ".join(reach)
