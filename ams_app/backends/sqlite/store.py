@@ -270,13 +270,13 @@ class SqliteMetadataStore:
     def update_project(self, project: Project) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
             try:
-                conn.execute(
+                changed = conn.execute(
                     "UPDATE projects SET name=?, doc=? WHERE uuid=?",
                     (project.name, _dump(to_doc(project)), project.uuid),
-                )
+                ).rowcount
             except sqlite3.IntegrityError:
                 return False
-            return True
+            return changed == 1  # as the MongoDB store: False when no such project
 
         return self.db.run(tx)
 
