@@ -14,6 +14,7 @@ from werkzeug.routing import BaseConverter
 
 from ams_app import auth
 from ams_app.auth import Caller
+from ams_app.backends.store import Page
 from ams_app.errors import AmsError
 from ams_app.models import Project
 from ams_app.service.core import AmsService
@@ -21,6 +22,24 @@ from ams_app.service.owner import ForwardTo
 from ams_app.service.validation import valid_name
 
 JSON_TYPE = "application/json; charset=utf-8"
+
+#: The API v1: every route of ams_app/api/<resource>.py is declared on it, through ``add_route``
+#: (behind the auth pipeline, with the roles that may call it) or ``open_route`` (no role check).
+v1 = Blueprint("v1", __name__, url_prefix="/v1")
+#: Who may call each route behind the pipeline, as its declaration says. The configured service
+#: token passes every route; a route missing here cannot exist (``add_route`` requires roles).
+ROUTE_ROLES: dict[str, frozenset[str]] = {}
+#: The routes outside the pipeline, and who may call them.
+OPEN_ROUTES: dict[str, str] = {}
+
+#: The path of each resource, as the routes of ams_app/api/<resource>.py spell it.
+PROJECT = "/projects/<name:project>"
+TOPIC = PROJECT + "/topics/<name:topic>"
+SUBSCRIPTION = PROJECT + "/subscriptions/<name:subscription>"
+SCHEMA = PROJECT + "/schemas/<name:schema>"
+MEMBER = PROJECT + "/members/<name:user>"
+USER = "/users/<name:user>"
+REGISTRATION = "/registrations/<name:uuid>"
 
 
 class NameConverter(BaseConverter):
@@ -108,7 +127,7 @@ def flag(name: str) -> bool:
     return request.args.get(name, "").strip().lower() == "true"
 
 
-def authenticate(route: str, view_args: dict[str, str]) -> Ctx:
+def authenticate(route: str, roles: frozenset[str], view_args: dict[str, str]) -> Ctx:
     svc = service()
     for var in sorted(view_args):
         if not valid_name(view_args[var]):
@@ -127,7 +146,7 @@ def authenticate(route: str, view_args: dict[str, str]) -> Ctx:
         caller = Caller(caller.user, auth.effective_roles(caller.user, project.uuid if project else None))
         if not caller.roles:
             raise AmsError.unauthorized()
-    if not auth.allowed(route, caller):
+    if not auth.allowed(roles, caller):
         raise AmsError.forbidden()
     return Ctx(svc, caller, project)
 
@@ -159,8 +178,18 @@ def forward_early(view_args: dict[str, str]) -> None:
         raise ForwardTo(url, key)
 
 
-def add_route(bp: Blueprint, rule: str, route: str, method: str) -> Callable[[Callable[..., Response]], Any]:
-    """Register ``handler(ctx, **view_args)`` behind the auth pipeline as ``route``."""
+def add_route(
+    rule: str, route: str, method: str, *, roles: tuple[str, ...]
+) -> Callable[[Callable[..., Response]], Any]:
+    """Register ``handler(ctx, **view_args)`` behind the auth pipeline as ``route``, callable by
+    users with one of ``roles`` in the URL's project (or as a service role) and by the service
+    token."""
+    unknown = set(roles) - auth.VALID_ROLES
+    if not roles or unknown:
+        raise ValueError(f"route {route}: roles must be some of auth.VALID_ROLES, not {sorted(unknown) or 'none'}")
+    if route in ROUTE_ROLES or route in OPEN_ROUTES:
+        raise ValueError(f"route {route} is declared twice")
+    allowed = ROUTE_ROLES[route] = frozenset(roles)
 
     def register(handler: Callable[..., Response]) -> Callable[..., Response]:
         def view(**view_args: str) -> Response:
@@ -168,10 +197,34 @@ def add_route(bp: Blueprint, rule: str, route: str, method: str) -> Callable[[Ca
             with metadata.view() if metadata is not None else contextlib.nullcontext():
                 if route in OWNED_ROUTES:
                     forward_early(view_args)
-                ctx = authenticate(route, view_args)
+                ctx = authenticate(route, allowed, view_args)
                 return handler(ctx, **view_args)
 
-        bp.add_url_rule(rule, endpoint=route, view_func=view, methods=[method])
+        v1.add_url_rule(rule, endpoint=route, view_func=view, methods=[method])
         return handler
 
     return register
+
+
+def open_route(rule: str, route: str, method: str, *, who: str) -> Callable[[Callable[[], Response]], Any]:
+    """Register a route outside the auth pipeline: ``who`` says who may call it (the handler
+    checks a token itself where one matters)."""
+    if route in ROUTE_ROLES or route in OPEN_ROUTES:
+        raise ValueError(f"route {route} is declared twice")
+    OPEN_ROUTES[route] = who
+
+    def register(handler: Callable[[], Response]) -> Callable[[], Response]:
+        v1.add_url_rule(rule, endpoint=route, view_func=handler, methods=[method])
+        return handler
+
+    return register
+
+
+def paging() -> tuple[str | None, str | None]:
+    """pageSize and pageToken (argo-ams-library sends the token as nextPageToken)."""
+    args = request.args
+    return args.get("pageSize"), args.get("pageToken") or args.get("nextPageToken")
+
+
+def page_answer(key: str, items: list[Any], page: Page[Any]) -> Response:
+    return ok({key: items, "nextPageToken": page.next_page_token, "totalSize": page.total_size})

@@ -1,0 +1,142 @@
+"""Subscriptions: create, pull and acknowledge, offsets and replay, push configuration, ACLs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Response, request
+
+from ams_app.api.pipeline import (
+    PROJECT,
+    SUBSCRIPTION,
+    Ctx,
+    add_route,
+    body,
+    empty,
+    ok,
+    page_answer,
+    paging,
+)
+from ams_app.api.views import (
+    delivery_view,
+    sub_view,
+)
+from ams_app.auth import (
+    CONSUMER,
+    PROJECT_ADMIN,
+    PUSH_WORKER,
+    SERVICE_ADMIN,
+)
+from ams_app.models import Subscription
+from ams_app.service.push_ops import active
+
+
+def _sub_views(ctx: Ctx, subs: list[Subscription]) -> list[dict[str, Any]]:
+    """Subscriptions as shown, with ``pushStatus`` on the active push ones."""
+    pushed = [s for s in subs if active(s)]
+    claims = ctx.svc.push_claims(ctx.proj, pushed) if pushed else None
+    return [sub_view(ctx.proj, s, ctx.svc.push_status(ctx.proj, s, claims) if active(s) else None) for s in subs]
+
+
+@add_route(PROJECT + "/subscriptions", "subscriptions:list", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER))
+def subs_list(ctx: Ctx, project: str) -> Response:
+    page = ctx.svc.list_subscriptions(ctx.caller, ctx.proj, *paging())
+    return page_answer("subscriptions", _sub_views(ctx, page.items), page)
+
+
+@add_route(SUBSCRIPTION, "subscriptions:show", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER, PUSH_WORKER))
+def subs_show(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok(_sub_views(ctx, [ctx.svc.subscription(ctx.proj, subscription)])[0])
+
+
+@add_route(SUBSCRIPTION, "subscriptions:create", "PUT", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
+def subs_create(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok(_sub_views(ctx, [ctx.svc.create_subscription(ctx.proj, subscription, body())])[0])
+
+
+@add_route(SUBSCRIPTION, "subscriptions:delete", "DELETE", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
+def subs_delete(ctx: Ctx, project: str, subscription: str) -> Response:
+    message = ctx.svc.delete_subscription(ctx.proj, subscription)
+    # always a JSON object, so that the document can say what comes (docs/compatibility.md)
+    return ok({"message": message} if message else {})
+
+
+@add_route(
+    SUBSCRIPTION + ":pull", "subscriptions:pull", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER, PUSH_WORKER)
+)
+def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
+    payload = body()
+    deliveries = ctx.svc.pull(ctx.caller, ctx.proj, subscription, {} if payload is None else payload)
+    return ok({"receivedMessages": [delivery_view(d) for d in deliveries]})
+
+
+@add_route(
+    SUBSCRIPTION + ":acknowledge",
+    "subscriptions:acknowledge",
+    "POST",
+    roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER, PUSH_WORKER),
+)
+def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.acknowledge(ctx.proj, subscription, body())
+    return ok({})
+
+
+@add_route(
+    SUBSCRIPTION + ":modifyAckDeadline",
+    "subscriptions:modifyAckDeadline",
+    "POST",
+    roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER),
+)
+def subs_modify_deadline(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.modify_ack_deadline(ctx.proj, subscription, body())
+    return empty()
+
+
+@add_route(
+    SUBSCRIPTION + ":modifyPushConfig", "subscriptions:modifyPushConfig", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN)
+)
+def subs_modify_push(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.modify_push_config(ctx.proj, subscription, body())
+    return empty()
+
+
+@add_route(
+    SUBSCRIPTION + ":verifyPushEndpoint",
+    "subscriptions:verifyPushEndpoint",
+    "POST",
+    roles=(SERVICE_ADMIN, PROJECT_ADMIN),
+)
+def subs_verify_push(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.verify_push_endpoint(ctx.proj, subscription)
+    return empty()
+
+
+@add_route(SUBSCRIPTION + ":offsets", "subscriptions:offsets", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER))
+def subs_offsets(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok(ctx.svc.offsets(ctx.proj, subscription))
+
+
+@add_route(
+    SUBSCRIPTION + ":modifyOffset", "subscriptions:modifyOffset", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER)
+)
+def subs_modify_offset(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.modify_offset(ctx.proj, subscription, body())
+    return empty()
+
+
+@add_route(
+    SUBSCRIPTION + ":timeToOffset", "subscriptions:timeToOffset", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER)
+)
+def subs_time_to_offset(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok({"offset": ctx.svc.time_to_offset(ctx.proj, subscription, request.args.get("time"))})
+
+
+@add_route(SUBSCRIPTION + ":acl", "subscriptions:acl", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
+def subs_acl(ctx: Ctx, project: str, subscription: str) -> Response:
+    return ok({"authorized_users": ctx.svc.acl_names(ctx.svc.subscription(ctx.proj, subscription).acl)})
+
+
+@add_route(SUBSCRIPTION + ":modifyAcl", "subscriptions:modifyAcl", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
+def subs_modify_acl(ctx: Ctx, project: str, subscription: str) -> Response:
+    ctx.svc.modify_sub_acl(ctx.proj, subscription, body())
+    return empty()
