@@ -28,7 +28,7 @@ from ams_app.auth import (
     SERVICE_ADMIN,
 )
 from ams_app.models import Subscription
-from ams_app.service.push_ops import active
+from ams_app.service.push import active
 
 
 def _sub_views(ctx: Ctx, subs: list[Subscription]) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ams_app.models import Project, Registration, Schema, Subscription, Topic, User
-from ams_app.service.core import Delivery
+from ams_app.service.subscriptions import Delivery
 from ams_app.timeutil import zulu_seconds
 from ams_app.wire import message_json
 

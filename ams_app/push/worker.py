@@ -24,7 +24,7 @@ from ams_app.models import Project, Subscription
 from ams_app.push.coordination import Claim, Coordinator, LocalCoordinator, ZkCoordinator, preferred_worker
 from ams_app.push.pacing import Pacer, RateLimiter
 from ams_app.service.base import topic_key
-from ams_app.service.push_ops import active, push_key
+from ams_app.service.push import active, push_key
 from ams_app.settings import Settings
 from ams_app.webhook import PushClient
 

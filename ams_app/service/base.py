@@ -11,18 +11,22 @@ from typing import Any, TypeVar
 import gevent
 
 from ams_app import auth
-from ams_app.auth import Caller
+from ams_app.auth import PROJECT_ADMIN, Caller
 from ams_app.backends.log import MessageLog
-from ams_app.backends.store import MetadataStore
+from ams_app.backends.store import InvalidPageToken, MetadataStore
 from ams_app.errors import AmsError
 from ams_app.models import Cursor, Project, Schema, Subscription, Topic, User
 from ams_app.service.owner import Owners
+from ams_app.service.usage import UsageCounters
+from ams_app.service.validation import as_object, opt_str_list, valid_name
 from ams_app.settings import Settings
 from ams_app.timeutil import now_ns
 
 _SWAP_ATTEMPTS = 1000
 _SWAP_SECONDS = 10.0
 R = TypeVar("R")
+#: Largest page size honoured (a larger one lists everything anyway).
+_MAX_PAGE_SIZE = 2**31 - 1
 
 
 def topic_key(project: Project, topic_name: str) -> str:
@@ -35,6 +39,7 @@ class ServiceBase:
     log: MessageLog
     settings: Settings
     owners: Owners | None = None
+    usage: UsageCounters
 
     def project(self, name: str) -> Project:
         project = self.store.get_project(name=name)
@@ -145,3 +150,52 @@ class ServiceBase:
                 break
             gevent.sleep(random.uniform(0, 0.005 * min(attempt + 1, 20)))
         raise AmsError.unavailable("The subscription is too busy, try again")
+
+    # --- what the operations share: paging, list filters, ACL bodies -----------------------
+    @staticmethod
+    def _filtered_for(caller: Caller, role: str) -> str | None:
+        """The user whose ACL entries filter a list, for callers who are only ``role``."""
+        if caller.is_service_admin or caller.has(PROJECT_ADMIN) or not caller.has(role):
+            return None
+        return caller.uuid
+
+    @staticmethod
+    def _page_args(page_size: str | None, page_token: str | None) -> tuple[int, str]:
+        size = 0
+        if page_size not in (None, ""):
+            try:
+                size = int(str(page_size))
+            except ValueError as exc:
+                raise AmsError.invalid_data("Invalid page size") from exc
+        return min(max(size, 0), _MAX_PAGE_SIZE), page_token or ""
+
+    @staticmethod
+    def _paged(fetch: Any, *args: Any) -> Any:
+        try:
+            return fetch(*args)
+        except InvalidPageToken as exc:
+            raise AmsError.invalid_data("Invalid page token") from exc
+
+    def _acl_users(self, project: Project, body: Any, what: str) -> list[str]:
+        bad = AmsError.invalid_argument(f"{what} ACL")
+        body = as_object(body, bad)
+        if "authorized_users" not in body:
+            raise bad
+        names = opt_str_list(body, "authorized_users", bad) or []
+        names = list(dict.fromkeys(names))
+        found: list[str] = []
+        missing: list[str] = []
+        for name in names:
+            # a name no user can have is not looked up (the store need not hold every string)
+            user = self.store.get_user(name=name) if valid_name(name) else None
+            if user is None or user.membership(project.uuid) is None:
+                missing.append(name)
+            else:
+                found.append(user.uuid)
+        if missing:
+            raise AmsError(404, f"User(s): {', '.join(missing)} do not exist", "NOT_FOUND")
+        return found
+
+    def acl_names(self, uuids: list[str]) -> list[str]:
+        users = self.store.get_users(uuids)
+        return [users[u].name for u in uuids if u in users]

@@ -1,124 +1,178 @@
-"""Push configuration: parse and validate ``pushConfig`` bodies (docs/push.md)."""
+"""Push subscriptions beyond their configuration: verification, activation, the push worker
+user, what a worker reads and commits, and the status the API shows (docs/push.md)."""
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from typing import Any
-from urllib.parse import urlsplit
+from collections.abc import Callable
+from typing import Protocol
 
-from ams_app.auth import new_token
+from ams_app.auth import PUSH_WORKER, SERVICE_CALLER
+from ams_app.backends.log import StoredMessage
 from ams_app.errors import AmsError
-from ams_app.models import PushConfig
-from ams_app.service.validation import opt_bool, opt_int, opt_str
+from ams_app.models import Cursor, Membership, Project, Subscription, User
+from ams_app.service import cursor as cur
+from ams_app.service.base import ServiceBase, topic_key
+from ams_app.service.usage import UsageCounters
+from ams_app.timeutil import now_ns
+from ams_app.webhook import PushClient
 
-_BAD = AmsError.invalid_argument("Subscription")
-DEFAULT_RETRY_PERIOD_MS = 3000
-
-
-#: A host name, an IPv4 address or an IPv6 one (urlsplit drops its brackets).
-_HOST = re.compile(r"[A-Za-z0-9._~-]+|[0-9A-Fa-f:.]+")
-
-
-def _valid_https_url(url: str) -> bool:
-    """An absolute https URL with a well-formed host and port (what Go's ParseRequestURI takes)."""
-    if any(c.isspace() or ord(c) < 32 for c in url):
-        return False
-    parts = urlsplit(url)
-    try:
-        parts.port  # noqa: B018 - raises ValueError on a port that is not a number in range
-    except ValueError:
-        return False
-    return parts.scheme == "https" and bool(parts.hostname) and bool(_HOST.fullmatch(parts.hostname or ""))
+UNAVAILABLE = "Push server is currently unavailable"
 
 
-def is_empty(raw: dict[str, Any]) -> bool:
-    """The Go zero value: every field empty, 0 or false (nested objects included)."""
-
-    def empty(value: Any) -> bool:
-        if isinstance(value, dict):
-            return all(empty(v) for v in value.values())
-        return value in (None, "", 0, False)
-
-    return empty(raw)
+def push_key(project_uuid: str, sub_name: str) -> str:
+    """A push subscription's name among the workers (a valid znode name)."""
+    return f"{project_uuid}.{sub_name}"
 
 
-def parse(raw: Any, old: PushConfig | None = None) -> PushConfig:
-    """Turn a ``pushConfig`` request object into a stored config (pull mode when empty)."""
-    if raw is None:
-        return PushConfig()
-    if not isinstance(raw, dict):
-        raise _BAD
-    if is_empty(raw):
-        return PushConfig()
-    kind = opt_str(raw, "type", _BAD) or ""
-    endpoint = opt_str(raw, "pushEndpoint", _BAD) or ""
-    max_messages = opt_int(raw, "maxMessages", _BAD) or 0
-    base64_decode = opt_bool(raw, "base64Decode", _BAD) or False
-    auth = raw.get("authorizationHeader") or {}
-    retry = raw.get("retryPolicy") or {}
-    if not isinstance(auth, dict) or not isinstance(retry, dict):
-        raise _BAD
-    auth_type = opt_str(auth, "type", _BAD) or ""
-    retry_type = opt_str(retry, "type", _BAD) or "linear"
-    retry_period = opt_int(retry, "period", _BAD) or 0
-    mm_url = opt_str(raw, "mattermostUrl", _BAD) or ""
-    mm_user = opt_str(raw, "mattermostUsername", _BAD) or ""
-    mm_channel = opt_str(raw, "mattermostChannel", _BAD) or ""
+def active(sub: Subscription) -> bool:
+    """Delivered to: a push config that is verified (mattermost ones always are)."""
+    return sub.push.enabled and sub.push.verified
 
-    if retry_type not in ("linear", "slowstart"):
-        raise AmsError.invalid_data("Retry policy can only be of 'linear' or 'slowstart' type")
-    if kind not in ("http_endpoint", "mattermost"):
-        raise AmsError.invalid_data("Push configuration type can only be of 'http_endpoint' or 'mattermost'")
-    if retry_type == "slowstart":
-        retry_period = 0
-    elif retry_period <= 0:
-        retry_period = DEFAULT_RETRY_PERIOD_MS
 
-    if kind == "mattermost":
-        if not mm_url:
-            raise AmsError.invalid_data("Field mattermostUrl cannot be empty")
-        return PushConfig(
-            type=kind,
-            max_messages=1,
-            authorization_type="disabled",
-            retry_type=retry_type,
-            retry_period=retry_period,
-            verified=True,
-            mattermost_url=mm_url,
-            mattermost_username=mm_user,
-            mattermost_channel=mm_channel,
-            base64_decode=base64_decode,
-        )
+class PushMonitor(Protocol):
+    """The view of the push workers the service shows (ams_app/push/coordination.py provides it;
+    the service does not import the push package, which drives the service)."""
 
-    if not _valid_https_url(endpoint):
-        raise AmsError.invalid_data("Push endpoint should be addressed by a valid https url")
-    previous = old if old is not None and old.type == "http_endpoint" else None
-    auth_value = ""
-    if not auth_type:
-        # No type given: an existing push subscription keeps its header, a new one gets autogen.
-        auth_type = previous.authorization_type if previous and previous.authorization_type else "autogen"
-        if previous and previous.authorization_type == "autogen":
-            auth_value = previous.authorization_value
-    if auth_type not in ("autogen", "disabled"):
-        raise AmsError.invalid_data("Authorization header type can only be of 'autogen' or 'disabled' type")
-    if auth_type == "autogen" and not auth_value:
-        auth_value = new_token()
-    if max_messages <= 0:
-        max_messages = previous.max_messages if previous and previous.max_messages > 0 else 1
-    config = PushConfig(
-        type=kind,
-        push_endpoint=endpoint,
-        max_messages=max_messages,
-        authorization_type=auth_type,
-        authorization_value=auth_value,
-        retry_type=retry_type,
-        retry_period=retry_period,
-        verification_hash=new_token(),
-        verified=False,
-        base64_decode=base64_decode,
-    )
-    if previous and previous.push_endpoint == endpoint:
-        # Same endpoint: it stays verified under the hash it was verified with.
-        config = dataclasses.replace(config, verification_hash=previous.verification_hash, verified=previous.verified)
-    return config
+    def workers(self) -> list[str]: ...
+
+    def claims(self, keys: list[str]) -> dict[str, dict[str, object]]: ...
+
+
+class PushOps(ServiceBase):
+    usage: UsageCounters
+    #: The claims of the push workers, for pushStatus and /v1/status; None: no view of them.
+    push_monitor: PushMonitor | None = None
+    #: Called after a push configuration changed, so that an in-process worker rescans now.
+    push_listeners: list[Callable[[], None]]
+
+    def push_changed(self) -> None:
+        for listener in self.push_listeners:
+            listener()
+
+    # --- the push worker user -----------------------------------------------------------------
+    def push_worker_user(self, create: bool = True) -> User | None:
+        user = self.store.get_user(name=self.settings.push_worker_user)
+        if user is None and create:
+            try:
+                user = self._new_user(SERVICE_CALLER, self.settings.push_worker_user, service_roles=[PUSH_WORKER])
+            except AmsError:  # created by another node meanwhile
+                user = self.store.get_user(name=self.settings.push_worker_user)
+        return user
+
+    def _check_push_enabled(self) -> User:
+        if not self.settings.push_enabled:
+            raise AmsError.generic_conflict("Push functionality is currently disabled")
+        worker = self.push_worker_user()
+        if worker is None:
+            raise AmsError.internal_push()
+        return worker
+
+    def _activate(self, project: Project, sub: Subscription) -> None:
+        """The push worker may read the subscription: in its ACL, a member of the project."""
+        worker = self._check_push_enabled()
+        if worker.uuid not in sub.acl:
+            sub.acl = [*sub.acl, worker.uuid]
+        if worker.membership(project.uuid) is None:
+            worker.projects = [*worker.projects, Membership(project.uuid, [])]
+            self.store.update_user(worker)
+
+    def _deactivate(self, sub: Subscription) -> None:
+        worker = self.push_worker_user(create=False)
+        if worker is not None and worker.uuid in sub.acl:
+            sub.acl = [u for u in sub.acl if u != worker.uuid]
+
+    def verify_push_endpoint(self, project: Project, name: str) -> None:
+        self._check_push_enabled()
+        sub = self.subscription(project, name)
+        if sub.push.type != "http_endpoint":
+            raise AmsError.generic_conflict("Subscription is not in http push mode")
+        if sub.push.verified:
+            raise AmsError.generic_conflict("Push endpoint is already verified")
+        client = PushClient(self.settings)
+        try:
+            failure = client.verification_failure(sub.push.push_endpoint, sub.push.verification_hash)
+        finally:
+            client.close()
+        if failure is not None:
+            raise AmsError.push_verification(failure)
+        # re-read: the config may have changed while the endpoint answered
+        current = self.subscription(project, name)
+        if current.push != sub.push:
+            raise AmsError.generic_conflict("The push configuration changed during the verification")
+        current.push = dataclasses.replace(current.push, verified=True)
+        self._activate(project, current)
+        self.store.update_subscription(current)
+        self.push_changed()
+
+    # --- what workers read and commit ---------------------------------------------------------
+    def active_push_subscriptions(self) -> list[tuple[Project, Subscription]]:
+        projects: dict[str, Project | None] = {}
+        out: list[tuple[Project, Subscription]] = []
+        for sub in self.store.push_subscriptions():
+            if not active(sub):
+                continue
+            if sub.project_uuid not in projects:
+                projects[sub.project_uuid] = self.store.get_project(uuid=sub.project_uuid)
+            project = projects[sub.project_uuid]
+            if project is not None:
+                out.append((project, sub))
+        return out
+
+    def push_fetch(self, project: Project, sub: Subscription, max_messages: int) -> tuple[int, list[StoredMessage]]:
+        """The next messages of a subscription that this worker owns, from its first
+        unacknowledged offset, without leases (nobody else delivers it); with the version of
+        the cursor they were read at, for push_commit."""
+        key = topic_key(project, sub.topic)
+        low, high = self.log.bounds(key)
+        cursor = self.store.get_cursor(project.uuid, sub.name)
+        if cursor is None:
+            raise AmsError.not_found("Subscription")
+        start = cur.normalize(cursor, low).offset
+        end = min(high, start + max(max_messages, 1))
+        if start >= end:
+            return cursor.version, []
+        return cursor.version, self.log.read(key, start, end, self.settings.max_pull_bytes)
+
+    def push_commit(self, project: Project, sub: Subscription, version: int, messages: list[StoredMessage]) -> bool:
+        """Acknowledge delivered messages; False (nothing changes) when the cursor changed since
+        they were read (modifyOffset: a replay), so that the worker reads again."""
+        end = messages[-1].offset + 1
+
+        def commit(cursor: Cursor) -> tuple[Cursor | None, bool]:
+            if cursor.version != version:
+                return None, False
+            return cur.normalize(dataclasses.replace(cursor, offset=max(cursor.offset, end)), end), True
+
+        done: bool = self._change_cursor(project, sub.name, commit)
+        if done:
+            self.usage.consumed(project.uuid, sub.name, len(messages), sum(len(m.data) for m in messages), now_ns())
+        return done
+
+    # --- what the API shows -----------------------------------------------------------------
+    def push_status(self, project: Project, sub: Subscription, claims: dict[str, dict[str, object]] | None) -> str:
+        """``pushStatus`` of a verified push subscription."""
+        name = f"/projects/{project.name}/subscriptions/{sub.name}"
+        if not self.settings.push_enabled:
+            return "Push functionality is currently disabled"
+        if claims is None:
+            return UNAVAILABLE
+        claim = claims.get(push_key(project.uuid, sub.name))
+        if claim is None:
+            return f"Subscription {name} is waiting for a push worker"
+        active_on = f"Subscription {name} is currently active (push worker {claim.get('worker')})"
+        failures = int(str(claim.get("failures", 0)))
+        if failures:
+            return f"{active_on}; the last {failures} deliveries failed, the latest with: {claim.get('error')}"
+        return active_on
+
+    def push_claims(self, project: Project, subs: list[Subscription]) -> dict[str, dict[str, object]] | None:
+        """The workers' claims on ``subs`` (one read each); None when no worker is live."""
+        if self.push_monitor is None or not self.push_monitor.workers():
+            return None
+        return self.push_monitor.claims([push_key(project.uuid, s.name) for s in subs])
+
+    def push_servers(self) -> list[dict[str, str]]:
+        if self.push_monitor is None:
+            return []
+        return [{"endpoint": worker, "status": "SERVING"} for worker in self.push_monitor.workers()]

@@ -1,107 +1,112 @@
-"""Message schemas: JSON Schema (jsonschema) and Avro (fastavro). Pure functions, no I/O."""
+"""Schema operations of AmsService: create, show, list, update, delete, validate, attach."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-import functools
-import io
-import json
-from dataclasses import dataclass
+import uuid as uuidlib
 from typing import Any
 
-import fastavro
-from fastavro.schema import UnknownType
-from jsonschema import SchemaError, ValidationError
-from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
-
 from ams_app.errors import AmsError
+from ams_app.models import Project, Schema, Topic
+from ams_app.service import schema_check
+from ams_app.service.base import ServiceBase
+from ams_app.service.validation import as_object, opt_str
 
-TYPES = ("json", "avro")
-
-
-@dataclass(frozen=True)
-class Compiled:
-    type: str
-    json_validator: Validator | None = None
-    avro_schema: Any = None
+_BAD = AmsError.invalid_argument("Schema")
 
 
-def check_type(kind: Any) -> str:
-    if not isinstance(kind, str) or kind.lower() not in TYPES:
-        raise AmsError.invalid_data("Schema type can only be 'json' or 'avro'")
-    return kind.lower()
+def schema_name_from_ref(project: Project, ref: Any) -> str:
+    """``projects/{project}/schemas/{name}`` -> name (the project must be the URL's)."""
+    parts = ref.split("/") if isinstance(ref, str) else []
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "schemas" or parts[1] != project.name or not parts[3]:
+        raise AmsError.invalid_data("wrong schema name declaration")
+    return parts[3]
 
 
-def compile_schema(kind: str, schema: Any) -> Compiled:
-    """Compile a schema; a schema that does not compile is a 400 with the compiler's text."""
-    return _compile(kind, json.dumps(schema, sort_keys=True))
+class SchemaOps(ServiceBase):
+    def schema(self, project: Project, name: str) -> Schema:
+        found = self.store.get_schema(project.uuid, name=name)
+        if found is None:
+            raise AmsError.not_found("Schema")
+        return found
 
+    def schema_by_ref(self, project: Project, ref: Any) -> Schema:
+        return self.schema(project, schema_name_from_ref(project, ref))
 
-@functools.lru_cache(maxsize=256)
-def _compile(kind: str, text: str) -> Compiled:
-    schema = json.loads(text)
-    if kind == "json":
-        if not isinstance(schema, dict):
-            raise AmsError.invalid_data("a JSON schema must be an object")
-        cls = validator_for(schema)
+    def schema_names(self, project: Project) -> dict[str, str]:
+        """uuid -> name of the project's schemas (for topic views)."""
+        return {s.uuid: s.name for s in self.store.list_schemas(project.uuid)}
+
+    def topic_schema_name(self, project: Project, topic: Topic) -> str | None:
+        if not topic.schema_uuid:
+            return None
+        found = self.store.get_schema(project.uuid, uuid=topic.schema_uuid)
+        return found.name if found else None
+
+    def create_schema(self, project: Project, name: str, body: Any) -> Schema:
+        body = as_object(body, _BAD)
+        if "schema" not in body:
+            raise _BAD
+        kind = schema_check.check_type(body.get("type"))
+        schema_check.compile_schema(kind, body["schema"])
+        created = Schema(str(uuidlib.uuid4()), project.uuid, name, kind, body["schema"])
+        if not self.store.create_schema(created):
+            raise AmsError.conflict("Schema")
+        return created
+
+    def update_schema(self, project: Project, name: str, body: Any) -> Schema:
+        current = self.schema(project, name)
+        body = as_object(body, _BAD)
+        if not body or not {"name", "type", "schema"} & set(body):
+            raise _BAD
+        if "name" in body:
+            current.name = schema_name_from_ref(project, body["name"])
+        if "type" in body:
+            current.type = schema_check.check_type(body["type"])
+        if "schema" in body:
+            current.schema = body["schema"]
+        schema_check.compile_schema(current.type, current.schema)
+        if not self.store.update_schema(current):
+            raise AmsError.conflict("Schema")
+        return current
+
+    def delete_schema(self, project: Project, name: str) -> None:
+        if not self.store.delete_schema(project.uuid, self.schema(project, name).uuid):
+            raise AmsError.not_found("Schema")
+
+    def validate_with_schema(self, found: Schema, body: Any) -> None:
+        """The :validate endpoint: a JSON document itself, or {"data": base64} for Avro.
+        ``body`` is the parsed JSON value (the HTTP layer refuses a missing or malformed one)."""
+        compiled = schema_check.compile_schema(found.type, found.schema)
+        if found.type == "json":
+            schema_check.validate_document(compiled, 0, body)
+            return
+        data = body.get("data") if isinstance(body, dict) else None
+        if not isinstance(data, str):
+            raise AmsError.invalid_argument("Schema Payload")
         try:
-            cls.check_schema(schema)
-        except SchemaError as exc:
-            raise AmsError.invalid_data(_json_error_text(exc)) from exc
-        return Compiled(kind, json_validator=cls(schema))
-    try:
-        parsed = fastavro.parse_schema(schema)
-    except UnknownType as exc:
-        raise AmsError.invalid_data(f'unknown type name: "{exc}"') from exc
-    except Exception as exc:  # fastavro raises many kinds: all mean "does not compile"
-        raise AmsError.invalid_data(str(exc) or type(exc).__name__) from exc
-    return Compiled(kind, avro_schema=parsed)
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise AmsError.invalid_data(f"Message 0 is not in valid base64 encoding,{exc}") from exc
+        schema_check.validate_avro(compiled, 0, raw)
 
+    def attach_schema(self, project: Project, topic_name: str, body: Any) -> None:
+        topic = self.topic(project, topic_name)
+        body = as_object({} if body is None else body, AmsError.invalid_request_body())
+        ref = opt_str(body, "schema", AmsError.invalid_request_body()) or ""
+        topic.schema_uuid = self.schema_by_ref(project, ref).uuid if ref else ""
+        self.store.update_topic(topic)
 
-def _json_error_text(error: ValidationError | SchemaError) -> str:
-    where = ".".join(str(p) for p in error.absolute_path) or "(root)"
-    return f"{where}: {error.message}"
+    def detach_schema(self, project: Project, topic_name: str) -> None:
+        topic = self.topic(project, topic_name)
+        topic.schema_uuid = ""
+        self.store.update_topic(topic)
 
-
-def validate_document(compiled: Compiled, index: int, document: Any) -> None:
-    """Check a decoded JSON document against a JSON schema (docs/compatibility.md, "Schemas")."""
-    assert compiled.json_validator is not None
-    errors = sorted(
-        compiled.json_validator.iter_errors(document),
-        key=lambda e: ([str(p) for p in e.absolute_path], e.message),
-    )
-    if not errors:
-        return
-    if len(errors) == 1:
-        raise AmsError.invalid_data(f"Message {index} data is not valid,{_json_error_text(errors[0])}")
-    listed = "".join(f"{n}){_json_error_text(e)}." for n, e in enumerate(errors, 1))
-    raise AmsError.invalid_data(f"Message {index} data is not valid.{listed}")
-
-
-def validate_avro(compiled: Compiled, index: int, raw: bytes) -> None:
-    """Check schemaless Avro binary: it must decode and use every byte."""
-    stream = io.BytesIO(raw)
-    try:
-        fastavro.schemaless_reader(stream, compiled.avro_schema)
-    except Exception as exc:  # any decoding failure is the client's
-        raise AmsError.invalid_data(f"Message {index} is not valid.{exc or type(exc).__name__}") from exc
-    if stream.tell() != len(raw):
-        raise AmsError.invalid_data(f"Message {index} is not valid.{len(raw) - stream.tell()} trailing bytes")
-
-
-def validate_message(compiled: Compiled, index: int, data_b64: str) -> None:
-    """Check one published message's base64 ``data`` against the topic's schema."""
-    try:
-        raw = base64.b64decode(data_b64, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise AmsError.invalid_data(f"Message {index} is not in valid base64 encoding,{exc}") from exc
-    if compiled.type == "avro":
-        validate_avro(compiled, index, raw)
-        return
-    try:
-        document = json.loads(raw)
-    except (ValueError, RecursionError) as exc:
-        raise AmsError.invalid_data(f"Message {index} data is not valid JSON format,{exc}") from exc
-    validate_document(compiled, index, document)
+    def compiled_schema_of(self, project: Project, topic: Topic) -> schema_check.Compiled | None:
+        if not topic.schema_uuid:
+            return None
+        found = self.store.get_schema(project.uuid, uuid=topic.schema_uuid)
+        if found is None:
+            raise AmsError.internal("Could not load schema for topic")
+        return schema_check.compile_schema(found.type, found.schema)

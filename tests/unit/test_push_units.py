@@ -18,7 +18,7 @@ from ams_app.errors import AmsError
 from ams_app.models import PushConfig
 from ams_app.push.coordination import LocalCoordinator, preferred_worker
 from ams_app.push.pacing import Pacer, RateLimiter
-from ams_app.service import push
+from ams_app.service import push_config
 from ams_app.settings import Settings
 from ams_app.webhook import Outcome, PushClient, endpoint_body, mattermost_body
 from ams_app.wire import message_json
@@ -422,7 +422,7 @@ def http_config(**extra: Any) -> dict[str, Any]:
 
 def rejected(raw: Any, old: PushConfig | None = None) -> AmsError:
     with pytest.raises(AmsError) as info:
-        push.parse(raw, old)
+        push_config.parse(raw, old)
     assert info.value.code == 400
     return info.value
 
@@ -439,7 +439,7 @@ def rejected(raw: Any, old: PushConfig | None = None) -> AmsError:
     ],
 )
 def test_empty_config_means_pull_mode(raw: Any) -> None:
-    config = push.parse(raw)
+    config = push_config.parse(raw)
     assert config == PushConfig()
     assert config.enabled is False
 
@@ -496,7 +496,7 @@ def test_http_endpoint_with_a_malformed_authority_is_rejected(endpoint: str) -> 
 
 
 def test_http_endpoint_defaults() -> None:
-    config = push.parse(http_config())
+    config = push_config.parse(http_config())
     assert config.enabled is True
     assert config.type == "http_endpoint"
     assert config.push_endpoint == HTTPS
@@ -511,8 +511,8 @@ def test_http_endpoint_defaults() -> None:
 
 
 def test_autogen_values_are_new_each_time() -> None:
-    first = push.parse(http_config(authorizationHeader={"type": "autogen"}))
-    second = push.parse(http_config(authorizationHeader={"type": "autogen"}))
+    first = push_config.parse(http_config(authorizationHeader={"type": "autogen"}))
+    second = push_config.parse(http_config(authorizationHeader={"type": "autogen"}))
     assert HEX64.match(first.authorization_value)
     assert HEX64.match(second.authorization_value)
     assert first.authorization_value != second.authorization_value
@@ -520,7 +520,7 @@ def test_autogen_values_are_new_each_time() -> None:
 
 
 def test_disabled_authorization_has_no_value() -> None:
-    config = push.parse(http_config(authorizationHeader={"type": "disabled"}))
+    config = push_config.parse(http_config(authorizationHeader={"type": "disabled"}))
     assert config.authorization_type == "disabled"
     assert config.authorization_value == ""
 
@@ -538,21 +538,21 @@ def test_unknown_retry_policy_is_rejected(kind: str) -> None:
 
 @pytest.mark.parametrize("period", [None, 0, 1500])
 def test_slowstart_forces_period_zero(period: int | None) -> None:
-    config = push.parse(http_config(retryPolicy={"type": "slowstart", "period": period}))
+    config = push_config.parse(http_config(retryPolicy={"type": "slowstart", "period": period}))
     assert config.retry_type == "slowstart"
     assert config.retry_period == 0
 
 
 @pytest.mark.parametrize(("period", "expected"), [(None, 3000), (0, 3000), (-10, 3000), (1, 1), (1500, 1500)])
 def test_linear_period(period: int | None, expected: int) -> None:
-    config = push.parse(http_config(retryPolicy={"type": "linear", "period": period}))
+    config = push_config.parse(http_config(retryPolicy={"type": "linear", "period": period}))
     assert config.retry_type == "linear"
     assert config.retry_period == expected
 
 
 @pytest.mark.parametrize(("given", "expected"), [(None, 1), (0, 1), (-3, 1), (1, 1), (10, 10)])
 def test_max_messages_on_create(given: int | None, expected: int) -> None:
-    assert push.parse(http_config(maxMessages=given)).max_messages == expected
+    assert push_config.parse(http_config(maxMessages=given)).max_messages == expected
 
 
 def test_mattermost_needs_a_url() -> None:
@@ -561,7 +561,7 @@ def test_mattermost_needs_a_url() -> None:
 
 
 def test_mattermost_is_verified_at_once() -> None:
-    config = push.parse(
+    config = push_config.parse(
         {
             "type": "mattermost",
             "mattermostUrl": "https://mm.example.org/hooks/x",
@@ -584,8 +584,8 @@ def test_mattermost_is_verified_at_once() -> None:
 
 
 def test_modify_same_endpoint_keeps_hash_and_verified() -> None:
-    old = dataclasses.replace(push.parse(http_config(maxMessages=5)), verified=True)
-    new = push.parse(http_config(retryPolicy={"type": "slowstart"}), old)
+    old = dataclasses.replace(push_config.parse(http_config(maxMessages=5)), verified=True)
+    new = push_config.parse(http_config(retryPolicy={"type": "slowstart"}), old)
     assert new.verification_hash == old.verification_hash
     assert new.verified is True
     assert new.retry_type == "slowstart"
@@ -593,44 +593,44 @@ def test_modify_same_endpoint_keeps_hash_and_verified() -> None:
 
 
 def test_modify_same_endpoint_unverified_stays_unverified() -> None:
-    old = push.parse(http_config())
-    new = push.parse(http_config(), old)
+    old = push_config.parse(http_config())
+    new = push_config.parse(http_config(), old)
     assert new.verification_hash == old.verification_hash
     assert new.verified is False
 
 
 def test_modify_changed_endpoint_needs_a_new_verification() -> None:
-    old = dataclasses.replace(push.parse(http_config()), verified=True)
-    new = push.parse(http_config(pushEndpoint="https://elsewhere.example.org/hook"), old)
+    old = dataclasses.replace(push_config.parse(http_config()), verified=True)
+    new = push_config.parse(http_config(pushEndpoint="https://elsewhere.example.org/hook"), old)
     assert HEX64.match(new.verification_hash)
     assert new.verification_hash != old.verification_hash
     assert new.verified is False
 
 
 def test_modify_without_auth_type_keeps_the_autogen_value() -> None:
-    old = push.parse(http_config())
-    new = push.parse(http_config(), old)
+    old = push_config.parse(http_config())
+    new = push_config.parse(http_config(), old)
     assert new.authorization_type == "autogen"
     assert new.authorization_value == old.authorization_value
 
 
 def test_modify_with_autogen_generates_a_new_value() -> None:
-    old = push.parse(http_config())
-    new = push.parse(http_config(authorizationHeader={"type": "autogen"}), old)
+    old = push_config.parse(http_config())
+    new = push_config.parse(http_config(authorizationHeader={"type": "autogen"}), old)
     assert HEX64.match(new.authorization_value)
     assert new.authorization_value != old.authorization_value
 
 
 def test_modify_without_auth_type_keeps_disabled() -> None:
-    old = push.parse(http_config(authorizationHeader={"type": "disabled"}))
-    new = push.parse(http_config(), old)
+    old = push_config.parse(http_config(authorizationHeader={"type": "disabled"}))
+    new = push_config.parse(http_config(), old)
     assert new.authorization_type == "disabled"
     assert new.authorization_value == ""
 
 
 def test_modify_from_mattermost_is_a_new_http_config() -> None:
-    old = push.parse({"type": "mattermost", "mattermostUrl": "https://mm.example.org/hooks/x"})
-    new = push.parse(http_config(), old)
+    old = push_config.parse({"type": "mattermost", "mattermostUrl": "https://mm.example.org/hooks/x"})
+    new = push_config.parse(http_config(), old)
     assert new.type == "http_endpoint"
     assert new.verified is False
     assert new.authorization_type == "autogen"
@@ -638,8 +638,8 @@ def test_modify_from_mattermost_is_a_new_http_config() -> None:
 
 
 def test_modify_to_empty_is_pull_mode() -> None:
-    old = push.parse(http_config())
-    assert push.parse({}, old) == PushConfig()
+    old = push_config.parse(http_config())
+    assert push_config.parse({}, old) == PushConfig()
 
 
 @pytest.mark.parametrize(
