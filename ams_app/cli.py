@@ -107,6 +107,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
     from ams_app.api.views import project_view, user_view
     from ams_app.auth import SERVICE_CALLER
     from ams_app.backends import open_backends
+    from ams_app.backends.errors import BackendError
     from ams_app.errors import AmsError
     from ams_app.service.core import AmsService
 
@@ -146,7 +147,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
     except AmsError as exc:
         print(f"ams: {exc.message}", file=sys.stderr)
         return 1
-    except OSError as exc:
+    except (OSError, BackendError) as exc:
         print(f"ams: {exc}", file=sys.stderr)
         return 1
     finally:

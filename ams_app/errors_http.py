@@ -11,6 +11,7 @@ from werkzeug.http import HTTP_STATUS_CODES
 
 from ams_app.api.forward import forward
 from ams_app.api.pipeline import JSON_TYPE
+from ams_app.backends.errors import BackendUnavailable, MessageTooLarge
 from ams_app.errors import AmsError
 from ams_app.service.owner import ForwardTo
 
@@ -65,6 +66,16 @@ def register_error_handlers(app: Flask) -> None:
         if code == 405 and valid_methods:
             response.headers["Allow"] = ", ".join(valid_methods)
         return response
+
+    @app.errorhandler(BackendUnavailable)
+    def _backend_failed(error: BackendUnavailable) -> Response:
+        # the backend's own failure, while it still answers pings (ams_app/service/guard.py): retry
+        app.logger.warning("a backend call failed on %s %s: %s", request.method, request.path, error)
+        return render(AmsError(503, "Backend Error", "UNAVAILABLE"))
+
+    @app.errorhandler(MessageTooLarge)
+    def _too_large(error: MessageTooLarge) -> Response:
+        return render(AmsError.too_large())
 
     @app.errorhandler(ConnectionFailure)
     def _store_unreachable(error: ConnectionFailure) -> Response:

@@ -11,7 +11,8 @@ needs no restart.
 A call abandoned this way may still complete inside the backend (a publish may be stored after
 all): the client, told 503, sends it again, and at-least-once delivery holds.
 
-A call that fails with the backend's own 503 (Kafka's ``Backend Error``) before the health check
+A call that fails with the backend's own ``BackendUnavailable`` (ams_app/backends/errors.py; the
+client is told ``503 Backend Error``) before the health check
 has found the outage pings the backend once, for at most ``CONFIRM_SECONDS``: when that ping fails
 too, the answer is ``503 <backend> is unavailable``, naming the cause, and the health check is asked
 to look again at once (``recheck``). A backend that answers the ping keeps its own error (a
@@ -27,6 +28,7 @@ from typing import Any
 import gevent
 from gevent import getcurrent
 
+from ams_app.backends.errors import BackendUnavailable
 from ams_app.errors import AmsError
 
 #: Calls that must reach the backend whatever the health check last found.
@@ -63,8 +65,8 @@ class Guarded:
             waiting.add(current)
             try:
                 return value(*args, **kwargs)
-            except AmsError as exc:
-                if exc.code == 503 and exc.status == "UNAVAILABLE" and gone():
+            except BackendUnavailable as exc:
+                if gone():
                     raise unavailable() from exc
                 raise
             finally:

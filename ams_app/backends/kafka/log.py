@@ -40,9 +40,9 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 from gevent.threadpool import ThreadPool
 
+from ams_app.backends.errors import BackendUnavailable, MessageTooLarge
 from ams_app.backends.log import NewMessage, StoredMessage
 from ams_app.backends.notify import AppendNotifier
-from ams_app.errors import AmsError
 from ams_app.timeutil import now_ns, parse_zulu_nanos, zulu_nanos
 
 R = TypeVar("R")
@@ -205,9 +205,9 @@ class _Delivery:
         watcher.close()
 
 
-def _backend_error(exc: BaseException) -> AmsError:
+def _backend_error(exc: BaseException) -> BackendUnavailable:
     log.warning("kafka: %s", exc)
-    return AmsError(503, "Backend Error", "UNAVAILABLE")
+    return BackendUnavailable(f"Kafka: {exc}")
 
 
 def discover_brokers(zookeeper_hosts: str, znode: str, timeout: float) -> str:
@@ -443,7 +443,7 @@ class KafkaMessageLog:
         failed = [err for err, _ in delivery.reports() if err is not None]
         if failed:
             if any(err.code() == KafkaError.MSG_SIZE_TOO_LARGE for err in failed):
-                raise AmsError.too_large()
+                raise MessageTooLarge("the broker refuses a message this large")
             raise _backend_error(KafkaException(failed[0]))
         self._notifier.notify(key)
         return [
@@ -632,7 +632,7 @@ class KafkaMessageLog:
     def _retire_when_free(self, reader: _Reader) -> None:
         with reader.lock:
             if reader.consumer is not None:
-                with contextlib.suppress(AmsError):
+                with contextlib.suppress(BackendUnavailable):
                     self._run(self._release, reader)
 
     def _release(self, reader: _Reader, failed: bool = False) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from ams_app.backends.errors import BackendUnavailable, MessageTooLarge
 from ams_app.errors import AmsError
 from ams_app.service.guard import Guarded
 
@@ -93,18 +94,18 @@ def test_calls_waiting_when_the_backend_is_found_down_answer_503_at_once() -> No
 
 
 class Failing:
-    """A backend whose call fails with its own 503 (Kafka's ``Backend Error``); its ping answers
-    or not, as ``answers`` says."""
+    """A backend whose call fails with its own BackendUnavailable (told ``503 Backend Error``); its
+    ping answers or not, as ``answers`` says."""
 
     def __init__(self, answers: bool) -> None:
         self.answers = answers
         self.pings = 0
 
     def read(self) -> str:
-        raise AmsError(503, "Backend Error", "UNAVAILABLE")
+        raise BackendUnavailable("Kafka: a partition without a leader")
 
     def big(self) -> str:
-        raise AmsError.too_large()
+        raise MessageTooLarge("too large")
 
     def ping(self) -> None:
         self.pings += 1
@@ -126,12 +127,10 @@ def test_a_backend_error_of_a_backend_that_answers_stays_its_own() -> None:
     rechecks: list[int] = []
     backend = Failing(answers=True)
     g = Guarded(backend, "Kafka", lambda: False, lambda: rechecks.append(1))
-    with pytest.raises(AmsError) as refused:
+    with pytest.raises(BackendUnavailable):  # its own error: the HTTP layer says 503 Backend Error
         g.read()
-    assert refused.value.message == "Backend Error"  # a partition without a leader, say
-    with pytest.raises(AmsError) as too_large:
+    with pytest.raises(MessageTooLarge):  # the HTTP layer says 413
         g.big()
-    assert too_large.value.code == 413
     assert (backend.pings, rechecks) == (1, [])  # a 413 is not a reason to ping
 
 

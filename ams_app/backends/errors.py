@@ -1,0 +1,19 @@
+"""What a backend raises when a call fails for a reason of its own. The backends know nothing of
+HTTP: the service's guard (ams_app/service/guard.py) and the HTTP layer (ams_app/errors_http.py)
+say what a client is told."""
+
+from __future__ import annotations
+
+
+class BackendError(Exception):
+    """A backend call failed."""
+
+
+class BackendUnavailable(BackendError):
+    """The backend did not answer or failed the call (a broker down, a partition without a leader,
+    a timeout); the same call may succeed later. Clients are told ``503``."""
+
+
+class MessageTooLarge(BackendError):
+    """The backend refuses a message of this size (Kafka's ``message.max.bytes``). Clients are
+    told ``413``."""
