@@ -152,9 +152,9 @@ def render_zoo_cfg(data_dir: Path, port: int) -> str:
             f"clientPortAddress={HOST}",
             "maxClientCnxns=0",
             "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,srvr",
+            "4lw.commands.whitelist=ruok,srvr,mntr",
             "autopurge.snapRetainCount=3",
-            "autopurge.purgeInterval=1",
+            "autopurge.purgeInterval=24",
             "",
         ]
     )
@@ -312,9 +312,10 @@ defaults
 frontend ams_https
     bind {HOST}:{bind_port} ssl crt {pem}
     option forwardfor
+    option http-buffer-request
     http-request set-header X-Forwarded-Proto https
-    acl ams_subscription_cursor path_reg {SUBSCRIPTION_CURSOR_PATH}
     use_backend ams_nodes_alive if !{{ nbsrv(ams_nodes) gt 0 }}
+    acl ams_subscription_cursor path_reg {SUBSCRIPTION_CURSOR_PATH}
     use_backend ams_nodes_by_subscription if ams_subscription_cursor
     default_backend ams_nodes
 

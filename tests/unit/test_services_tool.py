@@ -69,7 +69,7 @@ def test_zoo_cfg(tmp_path: Path) -> None:
     assert cfg["clientPort"] == "12181"
     assert cfg["clientPortAddress"] == "127.0.0.1"
     assert cfg["admin.enableServer"] == "false"
-    assert cfg["4lw.commands.whitelist"] == "ruok,srvr"
+    assert cfg["4lw.commands.whitelist"] == "ruok,srvr,mntr"
     assert cfg["tickTime"] == "2000"
 
 

@@ -1,0 +1,172 @@
+"""The local servers of tools/services.py (make services-up, cluster-up) run the configurations the
+roles write, except where a test needs otherwise: each such difference is listed here, with why.
+The roles' templates are rendered with Ansible's own templating, over the roles' defaults and
+vars, for one host; a change to one copy that the other does not follow fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
+
+from tests.helpers import ROOT, load_services_tool
+
+services = load_services_tool()
+_loader = DataLoader()
+
+
+def _trusted(value: Any) -> Any:
+    """The roles' own files are templates (Ansible trusts them as such when it runs the role)."""
+    if isinstance(value, str):
+        return trust_as_template(value)
+    if isinstance(value, dict):
+        return {k: _trusted(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_trusted(v) for v in value]
+    return value
+
+
+def render_role_template(role: str, template: str, **variables: Any) -> str:
+    found: dict[str, Any] = {}
+    for kind in ("defaults", "vars"):
+        found.update(_loader.load_from_file(str(ROOT / "roles" / role / kind / "main.yml")) or {})
+    found = _trusted(found)
+    found.update({"inventory_hostname": "host1", "ansible_managed": "Ansible managed", **variables})
+    text = (ROOT / "roles" / role / "templates" / template).read_text()
+    return str(Templar(loader=_loader, variables=found).template(trust_as_template(text)))
+
+
+def properties(text: str) -> dict[str, str]:
+    pairs = (line.split("=", 1) for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def compare(
+    local: dict[str, str], role: dict[str, str], per_host: set[str], differ: dict[str, str], defaults: dict[str, str]
+) -> list[str]:
+    """What differs between the two, beyond the keys set per host and the listed differences; a
+    key only one side sets is compared with the server's default."""
+    problems = []
+    for key in sorted((set(local) | set(role)) - per_host - set(differ)):
+        mine, theirs = local.get(key, defaults.get(key)), role.get(key, defaults.get(key))
+        if mine != theirs:
+            problems.append(f"{key}: tools/services.py {mine!r}, role {theirs!r}")
+    problems += [f"{key}: listed as differing, but the same" for key in differ if local.get(key) == role.get(key)]
+    return problems
+
+
+# ------------------------------------------------------------------------------- Kafka ----
+#: Kafka's defaults (3.9) for what only one side sets.
+KAFKA_DEFAULTS = {
+    "min.insync.replicas": "1",
+    "unclean.leader.election.enable": "false",
+    "log.retention.hours": "168",
+    "log.retention.bytes": "-1",
+    "offsets.topic.num.partitions": "50",
+    "log.retention.check.interval.ms": "300000",
+    "zookeeper.connection.timeout.ms": "18000",
+}
+KAFKA_DIFFERENCES = {
+    "group.initial.rebalance.delay.ms": "tests start consumers all the time; they need not wait 3 s",
+    "offsets.topic.num.partitions": "one partition: the offsets topic is made at once on a test broker",
+    "log.retention.check.interval.ms": "retention tests see old segments go within a minute",
+    "zookeeper.connection.timeout.ms": "a loaded test machine may take long to reach the local ZooKeeper",
+}
+
+
+def test_the_local_kafka_broker_is_configured_as_the_roles_single_broker(tmp_path: Path) -> None:
+    local = properties(services.render_server_properties(tmp_path / "kafka", 19092, 12181))
+    role = properties(
+        render_role_template(
+            "kafka",
+            "server.properties.j2",
+            groups={"kafka": ["host1"]},
+            hostvars={"host1": {}},
+            ansible_host="127.0.0.1",
+            kafka_version="3.9.1",
+            kafka_zookeeper_connect="127.0.0.1:2181/kafka",
+        )
+    )
+    per_host = {"broker.id", "listeners", "advertised.listeners", "log.dirs", "zookeeper.connect"}
+    assert compare(local, role, per_host, KAFKA_DIFFERENCES, KAFKA_DEFAULTS) == []
+
+
+# --------------------------------------------------------------------------- ZooKeeper ----
+ZOOKEEPER_DEFAULTS = {"quorumListenOnAllIPs": "false"}
+ZOOKEEPER_DIFFERENCES = {
+    "maxClientCnxns": "every test's client comes from 127.0.0.1: a per-address limit would count them as one",
+}
+
+
+def test_the_local_zookeeper_is_configured_as_the_roles_standalone_server(tmp_path: Path) -> None:
+    local = properties(services.render_zoo_cfg(tmp_path / "zk", 12181))
+    role = properties(
+        render_role_template("zookeeper", "zoo.cfg.j2", groups={"zookeeper": ["host1"]}, hostvars={"host1": {}})
+    )
+    per_host = {"dataDir", "clientPort", "clientPortAddress"}
+    assert compare(local, role, per_host, ZOOKEEPER_DIFFERENCES, ZOOKEEPER_DEFAULTS) == []
+
+
+# ----------------------------------------------------------------------------- haproxy ----
+#: Directives that name this host's files, addresses, users, logging and limits: set per deployment.
+HAPROXY_PER_HOST = re.compile(
+    r"^(bind|server|default-server|timeout|log|stats|chroot|user|group|maxconn|pidfile|ssl-default-bind"
+    r"|tune\.ssl|option httplog|option dontlognull)\b"
+)
+#: The sections whose behaviour the local balancer shares with the role's.
+HAPROXY_SECTIONS = [
+    "defaults",
+    "frontend ams_https",
+    "backend ams_nodes",
+    "backend ams_nodes_by_subscription",
+    "backend ams_nodes_alive",
+]
+
+
+def haproxy_sections(text: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current = ""
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not line.strip():
+            continue
+        if not line.startswith((" ", "\t")):
+            current = line.strip()
+            sections[current] = []
+        elif not HAPROXY_PER_HOST.match(line.strip()):
+            sections[current].append(" ".join(line.split()))
+    return sections
+
+
+@pytest.mark.parametrize("section", HAPROXY_SECTIONS)
+def test_the_local_balancer_behaves_as_the_roles(tmp_path: Path, section: str) -> None:
+    local = haproxy_sections(
+        services.render_haproxy_cfg(
+            [("ams1", 8080)],
+            bind_port=8443,
+            pem=tmp_path / "ams.pem",
+            stats_socket=tmp_path / "admin.sock",
+            pid_file=tmp_path / "haproxy.pid",
+        )
+    )
+    role = haproxy_sections(
+        render_role_template(
+            "haproxy",
+            "haproxy.cfg.j2",
+            haproxy_stats_enabled=False,
+            haproxy_backend_servers=[{"name": "ams1", "address": "127.0.0.1", "port": 8080}],
+        )
+    )
+    assert local[section] == role[section]
+
+
+def test_the_json_error_pages_are_the_roles() -> None:
+    role = {
+        e["code"]: (e["message"], e["status"])
+        for e in _loader.load_from_file(str(ROOT / "roles" / "haproxy" / "vars" / "main.yml"))["_haproxy_json_errors"]
+    }
+    assert role == services.PROXY_ERRORS
