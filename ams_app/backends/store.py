@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Generic, Literal, NamedTuple, Protocol, TypeVar
@@ -33,6 +33,24 @@ class Page(Generic[T]):
     items: list[T]
     next_page_token: str
     total_size: int
+
+
+R = TypeVar("R")
+
+
+def page_of(
+    rows: Sequence[R], page_size: int, total: int, token_of: Callable[[R], str], build: Callable[[R], T]
+) -> Page[T]:
+    """A page from ``rows``, read in page order and at most ``page_size + 1`` of them (all, when
+    ``page_size`` is 0): the first ``page_size`` are the page, and the next page's token is that
+    of the row after them. Both stores page this way, by insertion order (the row's seq in SQLite,
+    the document's ObjectId in MongoDB): a token goes on stepping from where it was made, whatever
+    was added since."""
+    next_token = ""
+    if page_size > 0 and len(rows) > page_size:
+        next_token = token_of(rows[page_size])
+        rows = rows[:page_size]
+    return Page([build(r) for r in rows], next_token, total)
 
 
 #: The outcome of writing a binding: written, or which uniqueness rule it broke, or the binding to change is gone.

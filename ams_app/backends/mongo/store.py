@@ -49,6 +49,7 @@ from ams_app.backends.store import (
     binding_identifiers,
     daily_series,
     merge_daily,
+    page_of,
     project_totals,
     utc_today,
 )
@@ -270,12 +271,7 @@ class MongoMetadataStore:
         cursor = collection.find(find).sort("_id", ASCENDING if oldest_first else DESCENDING)
         if page_size > 0:
             cursor = cursor.limit(page_size + 1)
-        docs = list(cursor)
-        next_token = ""
-        if page_size > 0 and len(docs) > page_size:
-            next_token = _encode_token(docs[page_size]["_id"])
-            docs = docs[:page_size]
-        return Page([build(d) for d in docs], next_token, total)
+        return page_of(list(cursor), page_size, total, lambda d: _encode_token(d["_id"]), build)
 
     # --- projects -------------------------------------------------------------------------
     def create_project(self, project: Project) -> bool:

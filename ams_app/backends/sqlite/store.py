@@ -20,6 +20,7 @@ from ams_app.backends.store import (
     binding_identifiers,
     daily_series,
     merge_daily,
+    page_of,
     project_totals,
     utc_today,
 )
@@ -209,12 +210,7 @@ def _page(
     if page_size > 0:
         query += " LIMIT ?"
         qargs.append(page_size + 1)
-    rows = conn.execute(query, qargs).fetchall()
-    next_token = ""
-    if page_size > 0 and len(rows) > page_size:
-        next_token = _encode_token(rows[page_size][0])
-        rows = rows[:page_size]
-    return Page([build(r) for r in rows], next_token, total)
+    return page_of(conn.execute(query, qargs).fetchall(), page_size, total, lambda r: _encode_token(r[0]), build)
 
 
 class SqliteMetadataStore:
