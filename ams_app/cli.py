@@ -166,7 +166,7 @@ def _write_atomically(path: Path, text: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "republish":  # an API client: none of the service's settings
-        from ams_app.republish import main as republish
+        from ams_app.republish.loop import main as republish
 
         return republish(args.config_file)
     try:

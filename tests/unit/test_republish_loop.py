@@ -10,16 +10,10 @@ from typing import Any
 
 import pytest
 
-from ams_app.republish import (
-    Config,
-    Fatal,
-    Message,
-    Reply,
-    Republisher,
-    Rules,
-    Stopper,
-    Transient,
-)
+from ams_app.republish.config import Config
+from ams_app.republish.loop import Fatal, Republisher, Stopper
+from ams_app.republish.routing import Message, Rules
+from ams_app.republish.transport import Reply, Transient
 
 SUB = "/projects/P/subscriptions/S"
 

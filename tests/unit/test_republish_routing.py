@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from ams_app.republish import ConfigError, Message, Routed, Rules, Unroutable, load_config, parse_config, route
+from ams_app.republish.config import ConfigError, load_config, parse_config
+from ams_app.republish.routing import Message, Routed, Rules, Unroutable, route
 
 BY_SITE = Rules(attribute="site", template="site-{value}")
 BY_FIELD = Rules(json_field=("meta", "site"), template="site_{value}")
