@@ -51,48 +51,48 @@ bench: venv
 ## AuthN on one machine: AMS on 127.0.0.2:443 and `ams authn` on :8443 with a demo CA; argo-ams-library
 ## gets a token with a client certificate (needs root for port 443; docs/authn.md)
 authn-demo: venv
-	$(BIN)/python tools/authn_demo.py up
+	$(BIN)/python -m tools.authn_demo up
 
 authn-demo-down: venv
-	$(BIN)/python tools/authn_demo.py down
+	$(BIN)/python -m tools.authn_demo down
 
 ## Kafka (ZooKeeper mode), ZooKeeper and FerretDB (MongoDB protocol) on loopback (docs/services.md)
 services-install: venv
-	$(BIN)/python tools/services.py install
+	$(BIN)/python -m tools.services install
 
 services-up: venv
-	$(BIN)/python tools/services.py up
+	$(BIN)/python -m tools.services up
 
 ## Stop them; `make services-down PURGE=1` also deletes their data
 services-down: venv
-	$(BIN)/python tools/services.py down $(if $(PURGE),--purge)
+	$(BIN)/python -m tools.services down $(if $(PURGE),--purge)
 
 services-status: venv
-	$(BIN)/python tools/services.py status
+	$(BIN)/python -m tools.services status
 
 ## NODES ams nodes (default 3) behind haproxy on https://127.0.0.1:8443; CLUSTER_BACKEND=embedded without Kafka
 NODES ?= 3
 CLUSTER_BACKEND ?= kafka
 cluster-up: venv
-	$(BIN)/python tools/services.py cluster-up --nodes $(NODES) --backend $(CLUSTER_BACKEND)
+	$(BIN)/python -m tools.services cluster-up --nodes $(NODES) --backend $(CLUSTER_BACKEND)
 
 cluster-down: venv
-	$(BIN)/python tools/services.py cluster-down
+	$(BIN)/python -m tools.services cluster-down
 
 .PHONY: spark-jars spark-up spark-down spark-status
 ## The Kafka connector of Spark and its dependencies (Maven) into .cache/spark/jars (skipped while up to date)
 spark-jars: venv
-	$(BIN)/python tools/spark_cluster.py jars
+	$(BIN)/python -m tools.spark_cluster jars
 
 ## A Spark standalone master (spark://127.0.0.1:17077, UI :17080) and one worker on loopback, from the pyspark wheel
 spark-up: venv spark-jars
-	$(BIN)/python tools/spark_cluster.py up
+	$(BIN)/python -m tools.spark_cluster up
 
 spark-down: venv
-	$(BIN)/python tools/spark_cluster.py down
+	$(BIN)/python -m tools.spark_cluster down
 
 spark-status: venv
-	$(BIN)/python tools/spark_cluster.py status
+	$(BIN)/python -m tools.spark_cluster status
 
 clean:
 	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info
@@ -107,24 +107,24 @@ S ?=
 ## The systemd image the Molecule scenarios run on: podman, runc, debootstrap and containers.conf,
 ## then debootstrap + podman import (skipped while up to date)
 image: venv
-	$(BIN)/python tools/image.py setup
-	$(BIN)/python tools/image.py build
+	$(BIN)/python -m tools.image setup
+	$(BIN)/python -m tools.image build
 
 ## Boot the image once and wait for systemd to reach "running"
 image-check: image
-	$(BIN)/python tools/image.py check
+	$(BIN)/python -m tools.image check
 
 ## What the roles install from the controller, built here under .cache/artifacts (tools/artifacts.py):
 ## the Kafka archive, the FerretDB binary, the AMS wheelhouse, the pyspark wheels, a test CA
 artifacts: venv
-	$(BIN)/python tools/artifacts.py all
+	$(BIN)/python -m tools.artifacts all
 
 ## Molecule (create, converge, idempotence, verify, destroy): `make molecule S=java` for one scenario
 ## (or S="kafka spark"), without S every scenario under molecule/, MOLECULE_JOBS at a time
 ## (tools/molecule_run.py; logs in .cache/molecule/)
 MOLECULE_JOBS ?= 2
 molecule: image artifacts
-	$(ANSIBLE_PATH) $(BIN)/python tools/molecule_run.py --jobs $(MOLECULE_JOBS) $(S)
+	$(ANSIBLE_PATH) $(BIN)/python -m tools.molecule_run --jobs $(MOLECULE_JOBS) $(S)
 
 molecule-all:
 	$(MAKE) molecule S=
@@ -146,5 +146,5 @@ PLAYBOOK ?= playbooks/site.yml
 ANSIBLE_ARGS ?=
 DEPLOY_ARTIFACTS ?= kafka wheels spark spark-jobs
 deploy: venv
-	$(BIN)/python tools/artifacts.py $(DEPLOY_ARTIFACTS)
+	$(BIN)/python -m tools.artifacts $(DEPLOY_ARTIFACTS)
 	$(ANSIBLE_PATH) $(BIN)/ansible-playbook -i $(INVENTORY) $(PLAYBOOK) $(ANSIBLE_ARGS)

@@ -36,7 +36,7 @@ def submit(job: str, args: list[str]) -> tuple[float, int, float]:
     """(wall seconds of spark-submit, messages, the job's own seconds)."""
     started = time.monotonic()
     done = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "spark_cluster.py"), "submit", job, *args],
+        [sys.executable, "-m", "tools.spark_cluster", "submit", job, *args],
         capture_output=True,
         text=True,
         timeout=1800,

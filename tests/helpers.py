@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import importlib
 import importlib.util
 import os
 import signal
@@ -30,17 +31,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def load_services_tool() -> ModuleType:
-    """tools/services.py as a module (tools/ is no package): the tests drive it as operators do."""
+    """tools/services.py: the tests drive it as operators do."""
     return load_tool("services")
 
 
 def load_tool(tool: str) -> ModuleType:
-    """tools/<tool>.py as a module."""
-    return load_script(ROOT / "tools" / f"{tool}.py", f"ams_tools_{tool}")
+    """tools/<tool>.py, the module ``tools.<tool>``."""
+    return importlib.import_module(f"tools.{tool}")
 
 
 def load_script(path: Path, name: str) -> ModuleType:
-    """A file outside any package (tools/*.py, a role's files/ script without the .py suffix) as a
+    """A file outside any package (a role's files/ script without the .py suffix) as a
     module named ``name``, loaded once; registered in sys.modules before it runs, as dataclasses look
     their module up while the class is made."""
     if name in sys.modules:

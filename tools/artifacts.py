@@ -55,11 +55,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
-import pki
-import services
-import spark_cluster
-import toolkit
+from tools import pki, services, spark_cluster, toolkit
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / ".cache" / "artifacts"

@@ -24,11 +24,9 @@ from pathlib import Path
 
 import requests
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
-import pki
-import toolkit
 from cryptography.x509.oid import NameOID
+
+from tools import pki, toolkit
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Where everything lives (AMS_AUTHN_DEMO_DIR: elsewhere, as the test of this tool does).

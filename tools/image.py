@@ -27,8 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
-import toolkit
+from tools import toolkit
 
 # --- what the image is ----------------------------------------------------------------------
 #: Bump to force a rebuild when something not in the lists below changes (the rootfs tweaks).

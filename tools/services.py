@@ -36,8 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
-import toolkit
+from tools import toolkit
 
 # --- versions -------------------------------------------------------------------------------
 KAFKA_VERSION = "3.9.1"

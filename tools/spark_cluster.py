@@ -32,8 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tools/ is no package
-import toolkit
+from tools import toolkit
 
 # --- versions -------------------------------------------------------------------------------
 SPARK_VERSION = "3.5.9"  # the pyspark wheel of requirements-dev.txt

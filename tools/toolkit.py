@@ -1,7 +1,6 @@
 """What the tools share: running a command with a bound and a readable error (services.py,
 image.py, artifacts.py, spark_cluster.py), and the background processes that services.py and
-spark_cluster.py start, find again by pid file and stop. tools/ is no package: each tool puts this
-folder on sys.path to import it."""
+spark_cluster.py start, find again by pid file and stop."""
 
 from __future__ import annotations
 

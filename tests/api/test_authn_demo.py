@@ -20,9 +20,9 @@ def test_the_demo_starts_gets_a_token_with_a_certificate_and_stops(
 ) -> None:
     openapi_checker.others[8443] = ResponseChecker(load_document("ams_app.authn"))  # AuthN's answers
     env = {**os.environ, "AMS_AUTHN_DEMO_DIR": str(tmp_path / "demo")}
-    tool = [sys.executable, str(ROOT / "tools" / "authn_demo.py")]
+    tool = [sys.executable, "-m", "tools.authn_demo"]
     try:
-        up = subprocess.run([*tool, "up"], env=env, capture_output=True, text=True, timeout=300)
+        up = subprocess.run([*tool, "up"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert up.returncode == 0, up.stdout + up.stderr
         assert "pulled 1 message(s)" in up.stdout
         ca = str(tmp_path / "demo" / "pki" / "ca.pem")
@@ -32,11 +32,11 @@ def test_the_demo_starts_gets_a_token_with_a_certificate_and_stops(
         )
         assert r.status_code == 200
         assert len(r.json()["token"]) == 64
-        again = subprocess.run([*tool, "up"], env=env, capture_output=True, text=True, timeout=300)
+        again = subprocess.run([*tool, "up"], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
         assert again.returncode == 0, again.stdout + again.stderr  # a second `up` finds it all there
         assert "already running" in again.stdout
     finally:
-        down = subprocess.run([*tool, "down"], env=env, capture_output=True, text=True, timeout=120)
+        down = subprocess.run([*tool, "down"], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
         openapi_checker.others.pop(8443, None)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "ams stopped" in down.stdout

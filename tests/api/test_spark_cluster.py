@@ -27,7 +27,7 @@ SUBMIT_TIMEOUT = 240.0
 
 def tool(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "spark_cluster.py"), *args],
+        [sys.executable, "-m", "tools.spark_cluster", *args],
         capture_output=True,
         text=True,
         timeout=timeout,

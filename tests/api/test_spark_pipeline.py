@@ -32,7 +32,7 @@ def cluster() -> None:
     # In a child process, so that the daemons are not children of pytest (no Popen left to warn
     # at exit). Skipped when already up; left running for `make spark-down`.
     up = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "spark_cluster.py"), "up"],
+        [sys.executable, "-m", "tools.spark_cluster", "up"],
         capture_output=True,
         text=True,
         timeout=300,

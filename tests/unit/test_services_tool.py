@@ -33,7 +33,7 @@ def haproxy() -> str:
         svc.install_apt(["haproxy", "openssl"])
         found = svc._which("haproxy")
     if found is None:
-        pytest.skip("haproxy is not installed (python tools/services.py install)")
+        pytest.skip("haproxy is not installed (python -m tools.services install)")
     return str(found)
 
 

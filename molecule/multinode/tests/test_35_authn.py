@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.x509.oid import NameOID
 from multinode import ADDRESS, CA, GROUPS, LB, PROJECT, ROOT, Api, haproxy_servers, report, unique, wait_until
 
-sys.path.insert(0, str(ROOT / "tools"))
-import pki
+sys.path.insert(0, str(ROOT))  # the repository's tools package: testinfra runs from the scenario
+from tools import pki
 
 AUTHN_CA = ROOT / ".cache" / "artifacts" / "tls" / "authn-ca"
 PUBLIC = ADDRESS[LB]  # a name of ams_authn_hosts, and in the certificate haproxy and the nodes present
