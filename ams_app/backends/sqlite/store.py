@@ -188,6 +188,14 @@ def _decode_token(token: str) -> int:
     return value
 
 
+def _write(conn: sqlite3.Connection, sql: str, args: Sequence[Any]) -> int | None:
+    """Rows one INSERT or UPDATE changed; None when a uniqueness rule refused it (a name taken)."""
+    try:
+        return conn.execute(sql, args).rowcount
+    except sqlite3.IntegrityError:
+        return None
+
+
 def _page(
     conn: sqlite3.Connection,
     table: str,
@@ -243,14 +251,12 @@ class SqliteMetadataStore:
     # --- projects -----------------------------------------------------------------------
     def create_project(self, project: Project) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                conn.execute(
-                    "INSERT INTO projects (uuid, name, doc) VALUES (?,?,?)",
-                    (project.uuid, project.name, _dump(to_doc(project))),
-                )
-            except sqlite3.IntegrityError:
-                return False
-            return True
+            written = _write(
+                conn,
+                "INSERT INTO projects (uuid, name, doc) VALUES (?,?,?)",
+                (project.uuid, project.name, _dump(to_doc(project))),
+            )
+            return written is not None
 
         return self.db.run(tx)
 
@@ -265,12 +271,12 @@ class SqliteMetadataStore:
 
     def update_project(self, project: Project) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                changed = conn.execute(
-                    "UPDATE projects SET name=?, doc=? WHERE uuid=?",
-                    (project.name, _dump(to_doc(project)), project.uuid),
-                ).rowcount
-            except sqlite3.IntegrityError:
+            changed = _write(
+                conn,
+                "UPDATE projects SET name=?, doc=? WHERE uuid=?",
+                (project.name, _dump(to_doc(project)), project.uuid),
+            )
+            if changed is None:
                 return False
             return changed == 1  # as the MongoDB store: False when no such project
 
@@ -310,12 +316,14 @@ class SqliteMetadataStore:
 
     def create_user(self, user: User) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                conn.execute(
+            if (
+                _write(
+                    conn,
                     "INSERT INTO users (uuid, name, token, doc) VALUES (?,?,?,?)",
                     (user.uuid, user.name, user.token, _dump(to_doc(user))),
                 )
-            except sqlite3.IntegrityError:
+                is None
+            ):
                 return False
             self._write_memberships(conn, user)
             return True
@@ -345,16 +353,16 @@ class SqliteMetadataStore:
 
     def update_user(self, user: User) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                cur = conn.execute(
-                    "UPDATE users SET name=?, token=?, doc=? WHERE uuid=?",
-                    (user.name, user.token, _dump(to_doc(user)), user.uuid),
-                )
-            except sqlite3.IntegrityError:
+            changed = _write(
+                conn,
+                "UPDATE users SET name=?, token=?, doc=? WHERE uuid=?",
+                (user.name, user.token, _dump(to_doc(user)), user.uuid),
+            )
+            if changed is None:
                 return False
-            if cur.rowcount:
+            if changed:
                 self._write_memberships(conn, user)
-            return cur.rowcount > 0
+            return changed > 0
 
         return self.db.run(tx)
 
@@ -390,12 +398,14 @@ class SqliteMetadataStore:
 
     def create_topic(self, topic: Topic) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                conn.execute(
+            if (
+                _write(
+                    conn,
                     "INSERT INTO topics (project_uuid, name, doc) VALUES (?,?,?)",
                     (topic.project_uuid, topic.name, _dump(to_doc(topic) | {"acl": []})),
                 )
-            except sqlite3.IntegrityError:
+                is None
+            ):
                 return False
             self._set_acl(conn, "topic", topic.project_uuid, topic.name, topic.acl)
             return True
@@ -449,8 +459,9 @@ class SqliteMetadataStore:
 
     def create_subscription(self, sub: Subscription, start_offset: int) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                conn.execute(
+            if (
+                _write(
+                    conn,
                     "INSERT INTO subscriptions (project_uuid, name, topic, doc, cursor) VALUES (?,?,?,?,?)",
                     (
                         sub.project_uuid,
@@ -460,7 +471,8 @@ class SqliteMetadataStore:
                         _dump(cursor_to_doc(Cursor(offset=start_offset))),
                     ),
                 )
-            except sqlite3.IntegrityError:
+                is None
+            ):
                 return False
             self._set_acl(conn, "sub", sub.project_uuid, sub.name, sub.acl)
             return True
@@ -530,14 +542,12 @@ class SqliteMetadataStore:
     # --- schemas ------------------------------------------------------------------------
     def create_schema(self, schema: Schema) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                conn.execute(
-                    "INSERT INTO schemas (project_uuid, uuid, name, doc) VALUES (?,?,?,?)",
-                    (schema.project_uuid, schema.uuid, schema.name, _dump(to_doc(schema))),
-                )
-            except sqlite3.IntegrityError:
-                return False
-            return True
+            written = _write(
+                conn,
+                "INSERT INTO schemas (project_uuid, uuid, name, doc) VALUES (?,?,?,?)",
+                (schema.project_uuid, schema.uuid, schema.name, _dump(to_doc(schema))),
+            )
+            return written is not None
 
         return self.db.run(tx)
 
@@ -558,13 +568,10 @@ class SqliteMetadataStore:
 
     def update_schema(self, schema: Schema) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                cur = conn.execute(
-                    "UPDATE schemas SET name=?, doc=? WHERE uuid=?", (schema.name, _dump(to_doc(schema)), schema.uuid)
-                )
-            except sqlite3.IntegrityError:
-                return False
-            return cur.rowcount > 0
+            changed = _write(
+                conn, "UPDATE schemas SET name=?, doc=? WHERE uuid=?", (schema.name, _dump(to_doc(schema)), schema.uuid)
+            )
+            return bool(changed)  # None: the name is taken; 0: no such schema
 
         return self.db.run(tx)
 
@@ -620,14 +627,12 @@ class SqliteMetadataStore:
     # --- AuthN: service types and bindings ---------------------------------------------------
     def create_service_type(self, service_type: ServiceType) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                conn.execute(
-                    "INSERT INTO authn_service_types (uuid, name, doc) VALUES (?,?,?)",
-                    (service_type.uuid, service_type.name, _dump(to_doc(service_type))),
-                )
-            except sqlite3.IntegrityError:
-                return False
-            return True
+            written = _write(
+                conn,
+                "INSERT INTO authn_service_types (uuid, name, doc) VALUES (?,?,?)",
+                (service_type.uuid, service_type.name, _dump(to_doc(service_type))),
+            )
+            return written is not None
 
         return self.db.run(tx)
 
@@ -644,14 +649,12 @@ class SqliteMetadataStore:
 
     def update_service_type(self, service_type: ServiceType) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            try:
-                cur = conn.execute(
-                    "UPDATE authn_service_types SET name=?, doc=? WHERE uuid=?",
-                    (service_type.name, _dump(to_doc(service_type)), service_type.uuid),
-                )
-            except sqlite3.IntegrityError:
-                return False
-            return cur.rowcount > 0
+            changed = _write(
+                conn,
+                "UPDATE authn_service_types SET name=?, doc=? WHERE uuid=?",
+                (service_type.name, _dump(to_doc(service_type)), service_type.uuid),
+            )
+            return bool(changed)  # None: the name is taken; 0: no such service type
 
         return self.db.run(tx)
 
