@@ -5,24 +5,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from ams_app.api.pipeline import (
-    PROJECT,
-    SUBSCRIPTION,
-    TOPIC,
-    Ctx,
-    add_route,
-    ok,
-    open_route,
-    request_token,
-    service,
-)
-from ams_app.auth import (
-    CONSUMER,
-    METRICS_VIEWER,
-    PROJECT_ADMIN,
-    PUBLISHER,
-    SERVICE_ADMIN,
-)
+from ams_app.api.pipeline import PROJECT, SUBSCRIPTION, TOPIC, Ctx, add_route, ok, open_route, request_token, service
+from ams_app.auth import CONSUMER, METRICS_VIEWER, PROJECT_ADMIN, PUBLISHER, SERVICE_ADMIN
 from ams_app.errors import AmsError
 
 #: Outside the API: the Prometheus text exposition at /metrics.

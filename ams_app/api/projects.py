@@ -4,27 +4,10 @@ from __future__ import annotations
 
 from flask import Response
 
-from ams_app.api.pipeline import (
-    MEMBER,
-    PROJECT,
-    Ctx,
-    add_route,
-    body,
-    empty,
-    flag,
-    ok,
-    page_answer,
-    paging,
-)
+from ams_app.api.pipeline import MEMBER, PROJECT, Ctx, add_route, body, empty, flag, ok, page_answer, paging
 from ams_app.api.users import privileged
-from ams_app.api.views import (
-    project_view,
-    user_view,
-)
-from ams_app.auth import (
-    PROJECT_ADMIN,
-    SERVICE_ADMIN,
-)
+from ams_app.api.views import project_view, user_view
+from ams_app.auth import PROJECT_ADMIN, SERVICE_ADMIN
 from ams_app.models import User
 
 

@@ -4,22 +4,10 @@ from __future__ import annotations
 
 from flask import Response, request
 
-from ams_app.api.pipeline import (
-    REGISTRATION,
-    Ctx,
-    add_route,
-    body,
-    empty,
-    ok,
-)
+from ams_app.api.pipeline import REGISTRATION, Ctx, add_route, body, empty, ok
 from ams_app.api.users import privileged
-from ams_app.api.views import (
-    registration_view,
-)
-from ams_app.auth import (
-    REGISTER_ADMIN,
-    SERVICE_ADMIN,
-)
+from ams_app.api.views import registration_view
+from ams_app.auth import REGISTER_ADMIN, SERVICE_ADMIN
 
 
 @add_route("/registrations", "registrations:newUser", "POST", roles=(SERVICE_ADMIN, REGISTER_ADMIN))

@@ -4,23 +4,9 @@ from __future__ import annotations
 
 from flask import Response
 
-from ams_app.api.pipeline import (
-    MALFORMED,
-    PROJECT,
-    SCHEMA,
-    Ctx,
-    add_route,
-    body,
-    empty,
-    ok,
-)
-from ams_app.api.views import (
-    schema_view,
-)
-from ams_app.auth import (
-    PROJECT_ADMIN,
-    SERVICE_ADMIN,
-)
+from ams_app.api.pipeline import MALFORMED, PROJECT, SCHEMA, Ctx, add_route, body, empty, ok
+from ams_app.api.views import schema_view
+from ams_app.auth import PROJECT_ADMIN, SERVICE_ADMIN
 from ams_app.errors import AmsError
 
 

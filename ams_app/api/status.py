@@ -11,12 +11,7 @@ import yaml
 from flask import Response
 
 from ams_app import __version__, auth
-from ams_app.api.pipeline import (
-    ok,
-    open_route,
-    request_token,
-    service,
-)
+from ams_app.api.pipeline import ok, open_route, request_token, service
 from ams_app.errors import AmsError
 
 #: When this build was made (set by packaging; empty in a source checkout).

@@ -6,27 +6,9 @@ from typing import Any
 
 from flask import Response, request
 
-from ams_app.api.pipeline import (
-    PROJECT,
-    SUBSCRIPTION,
-    Ctx,
-    add_route,
-    body,
-    empty,
-    ok,
-    page_answer,
-    paging,
-)
-from ams_app.api.views import (
-    delivery_view,
-    sub_view,
-)
-from ams_app.auth import (
-    CONSUMER,
-    PROJECT_ADMIN,
-    PUSH_WORKER,
-    SERVICE_ADMIN,
-)
+from ams_app.api.pipeline import PROJECT, SUBSCRIPTION, Ctx, add_route, body, empty, ok, page_answer, paging
+from ams_app.api.views import delivery_view, sub_view
+from ams_app.auth import CONSUMER, PROJECT_ADMIN, PUSH_WORKER, SERVICE_ADMIN
 from ams_app.models import Subscription
 from ams_app.service.push import active
 

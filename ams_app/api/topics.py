@@ -4,25 +4,9 @@ from __future__ import annotations
 
 from flask import Response
 
-from ams_app.api.pipeline import (
-    PROJECT,
-    TOPIC,
-    Ctx,
-    add_route,
-    body,
-    empty,
-    ok,
-    page_answer,
-    paging,
-)
-from ams_app.api.views import (
-    topic_view,
-)
-from ams_app.auth import (
-    PROJECT_ADMIN,
-    PUBLISHER,
-    SERVICE_ADMIN,
-)
+from ams_app.api.pipeline import PROJECT, TOPIC, Ctx, add_route, body, empty, ok, page_answer, paging
+from ams_app.api.views import topic_view
+from ams_app.auth import PROJECT_ADMIN, PUBLISHER, SERVICE_ADMIN
 
 
 @add_route(PROJECT + "/topics", "topics:list", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN, PUBLISHER))

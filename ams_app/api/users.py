@@ -18,14 +18,8 @@ from ams_app.api.pipeline import (
     request_token,
     service,
 )
-from ams_app.api.views import (
-    user_view,
-)
-from ams_app.auth import (
-    ARGO_API_AUTHN,
-    PUSH_WORKER,
-    SERVICE_ADMIN,
-)
+from ams_app.api.views import user_view
+from ams_app.auth import ARGO_API_AUTHN, PUSH_WORKER, SERVICE_ADMIN
 from ams_app.errors import AmsError
 from ams_app.models import User
 

@@ -11,12 +11,7 @@ from ams_app.errors import AmsError
 from ams_app.models import Membership, Project, User
 from ams_app.service.base import topic_key
 from ams_app.service.users import UserOps
-from ams_app.service.validation import (
-    as_object,
-    opt_str,
-    opt_str_list,
-    valid_name,
-)
+from ams_app.service.validation import as_object, opt_str, opt_str_list, valid_name
 from ams_app.timeutil import now_ns
 
 _BAD_USER = AmsError.invalid_argument("User")

@@ -21,12 +21,7 @@ from ams_app.service import push_config
 from ams_app.service.base import topic_key
 from ams_app.service.push import PushOps, active
 from ams_app.service.usage import UsageCounters
-from ams_app.service.validation import (
-    as_object,
-    opt_bool,
-    opt_int,
-    opt_str,
-)
+from ams_app.service.validation import as_object, opt_bool, opt_int, opt_str
 from ams_app.timeutil import now_ns, parse_iso8601_ns
 
 _BAD_SUB = AmsError.invalid_argument("Subscription")

@@ -14,9 +14,7 @@ from ams_app.models import Project, Topic
 from ams_app.service import schema_check
 from ams_app.service.base import topic_key
 from ams_app.service.schemas import SchemaOps
-from ams_app.service.validation import (
-    as_object,
-)
+from ams_app.service.validation import as_object
 from ams_app.timeutil import now_ns
 
 _BAD_MESSAGE = AmsError.invalid_argument("Message")

@@ -10,12 +10,7 @@ from ams_app.backends.store import Page
 from ams_app.errors import AmsError
 from ams_app.models import Membership, User
 from ams_app.service.base import ServiceBase
-from ams_app.service.validation import (
-    as_object,
-    opt_str,
-    opt_str_list,
-    valid_name,
-)
+from ams_app.service.validation import as_object, opt_str, opt_str_list, valid_name
 from ams_app.timeutil import now_ns
 
 _BAD_USER = AmsError.invalid_argument("User")
