@@ -148,27 +148,19 @@ def openapi_checker() -> Iterator[ResponseChecker]:
     checker = ResponseChecker(load_document())
     original = HTTPAdapter.send
 
+    def check(request: requests.PreparedRequest, response: requests.Response) -> None:
+        content_type = response.headers.get("Content-Type", "")
+        checker.check(request.method or "", request.url or "", response.status_code, content_type, response.content)
+
     def send(self: HTTPAdapter, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         response = original(self, request, **kwargs)
         if not kwargs.get("stream"):
-            checker.check(
-                request.method or "",
-                request.url or "",
-                response.status_code,
-                response.headers.get("Content-Type", ""),
-                response.content,
-            )
+            check(request, response)
         return response
 
     def send_inprocess(self: WsgiAdapter, request: requests.PreparedRequest, **kwargs: Any) -> requests.Response:
         response = inprocess(self, request, **kwargs)
-        checker.check(
-            request.method or "",
-            request.url or "",
-            response.status_code,
-            response.headers.get("Content-Type", ""),
-            response.content,
-        )
+        check(request, response)
         return response
 
     inprocess = WsgiAdapter.send

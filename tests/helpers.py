@@ -26,6 +26,7 @@ from requests.adapters import HTTPAdapter
 
 if TYPE_CHECKING:
     from ams_app.backends.mongo.store import MongoMetadataStore
+    from ams_app.backends.store import MetadataStore
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,6 +122,24 @@ def scratch_mongo_store(prefix: str) -> Iterator[MongoMetadataStore]:
     finally:
         store.client.drop_database(database)
         store.close()
+
+
+@contextlib.contextmanager
+def either_store(kind: str, data_dir: Path, prefix: str) -> Iterator[MetadataStore]:
+    """A metadata store of ``kind``: "sqlite" (a file under ``data_dir``) or "mongo" (a database of
+    its own on the tests' MongoDB-wire server, see ``scratch_mongo_store``), closed on the way out.
+    The caller checks first that the servers are there (tests/conftest.py ``require_backend``)."""
+    if kind == "mongo":
+        with scratch_mongo_store(prefix) as mongo:
+            yield mongo
+        return
+    from ams_app.backends.sqlite.store import SqliteMetadataStore
+
+    embedded = SqliteMetadataStore(str(data_dir / "metadata.db"))
+    try:
+        yield embedded
+    finally:
+        embedded.close()
 
 
 def services_reachable(settings: dict[str, str], timeout: float = 2.0) -> str | None:

@@ -178,6 +178,11 @@ def forward_early(view_args: dict[str, str]) -> None:
         raise ForwardTo(url, key)
 
 
+def _check_new(route: str) -> None:
+    if route in ROUTE_ROLES or route in OPEN_ROUTES:
+        raise ValueError(f"route {route} is declared twice")
+
+
 def add_route(
     rule: str, route: str, method: str, *, roles: tuple[str, ...]
 ) -> Callable[[Callable[..., Response]], Any]:
@@ -187,8 +192,7 @@ def add_route(
     unknown = set(roles) - auth.VALID_ROLES
     if not roles or unknown:
         raise ValueError(f"route {route}: roles must be some of auth.VALID_ROLES, not {sorted(unknown) or 'none'}")
-    if route in ROUTE_ROLES or route in OPEN_ROUTES:
-        raise ValueError(f"route {route} is declared twice")
+    _check_new(route)
     allowed = ROUTE_ROLES[route] = frozenset(roles)
 
     def register(handler: Callable[..., Response]) -> Callable[..., Response]:
@@ -209,8 +213,7 @@ def add_route(
 def open_route(rule: str, route: str, method: str, *, who: str) -> Callable[[Callable[[], Response]], Any]:
     """Register a route outside the auth pipeline: ``who`` says who may call it (the handler
     checks a token itself where one matters)."""
-    if route in ROUTE_ROLES or route in OPEN_ROUTES:
-        raise ValueError(f"route {route} is declared twice")
+    _check_new(route)
     OPEN_ROUTES[route] = who
 
     def register(handler: Callable[[], Response]) -> Callable[[], Response]:

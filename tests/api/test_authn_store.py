@@ -22,23 +22,17 @@ from ams_app.backends.sqlite.store import SqliteMetadataStore
 from ams_app.backends.store import BindingWrite, InvalidPageToken, MetadataStore
 from ams_app.models import Binding, ServiceType
 from tests.conftest import require_backend
-from tests.helpers import scratch_mongo_store
+from tests.helpers import either_store, scratch_mongo_store
 
 CREATED = "2026-01-02T03:04:05Z"
 
 
 @pytest.fixture(params=["sqlite", "mongo"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MetadataStore]:
-    if request.param == "sqlite":
-        embedded = SqliteMetadataStore(str(tmp_path / "metadata.db"))
-        try:
-            yield embedded
-        finally:
-            embedded.close()
-        return
-    require_backend("kafka")
-    with scratch_mongo_store("ams_authn_store_test") as mongo:
-        yield mongo
+    if request.param == "mongo":
+        require_backend("kafka")  # its MongoDB-wire server
+    with either_store(request.param, tmp_path, "ams_authn_store_test") as store:
+        yield store
 
 
 def service_type(name: str, *hosts: str) -> ServiceType:

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from ams_app.backends.sqlite.store import SqliteMetadataStore
 from ams_app.backends.store import DailyUsage, InvalidPageToken, MetadataStore
 from ams_app.models import (
     Lease,
@@ -33,21 +32,15 @@ from ams_app.models import (
     User,
 )
 from tests.conftest import require_backend
-from tests.helpers import scratch_mongo_store, unique
+from tests.helpers import either_store, unique
 
 
 @pytest.fixture(params=["sqlite", "mongo"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MetadataStore]:
-    if request.param == "sqlite":
-        embedded = SqliteMetadataStore(str(tmp_path / "metadata.db"))
-        try:
-            yield embedded
-        finally:
-            embedded.close()
-        return
-    require_backend("kafka")
-    with scratch_mongo_store("ams_contract_test") as mongo:
-        yield mongo
+    if request.param == "mongo":
+        require_backend("kafka")  # its MongoDB-wire server
+    with either_store(request.param, tmp_path, "ams_contract_test") as store:
+        yield store
 
 
 def new_project(store: MetadataStore) -> Project:
