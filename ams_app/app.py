@@ -32,4 +32,36 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
     app.register_blueprint(routes.bp)
     app.register_blueprint(routes.prometheus_bp)
     register_error_handlers(app)
+    _measure_requests(app, service)
     return app
+
+
+def _measure_requests(app: Flask, service: AmsService) -> None:
+    """Every answer of the app, error answers included, counted and timed by route name (the
+    names of the route table; ``unmatched`` when no route matched), method and status class."""
+    import time
+
+    from flask import Response, g, request
+
+    from ams_app.telemetry import UNMATCHED
+
+    telemetry = service.telemetry
+
+    @app.before_request
+    def started() -> None:
+        g.ams_started = time.perf_counter()
+        telemetry.in_flight.inc()
+
+    @app.after_request
+    def answered(response: Response) -> Response:
+        began = g.get("ams_started")
+        if began is not None:
+            endpoint = request.endpoint
+            route = endpoint.partition(".")[2] if endpoint else UNMATCHED
+            telemetry.observe_request(route, request.method, response.status_code, time.perf_counter() - began)
+        return response
+
+    @app.teardown_request
+    def finished(_exc: BaseException | None) -> None:
+        if g.pop("ams_started", None) is not None:
+            telemetry.in_flight.dec()

@@ -100,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
 
     republish = sub.add_parser("republish", help="republish a subscription's messages to topics chosen per message")
     republish.add_argument("config_file", metavar="CONFIG", help="the republisher's YAML file (docs/republisher.md)")
+
+    # its arguments are parsed by ams_app/probe.py (main() dispatches it first): bad ones exit 3
+    sub.add_parser("probe", help="monitoring check: publish a message, pull it back (Nagios exit codes)")
     return parser
 
 
@@ -135,7 +138,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
         elif args.verb == "show-token":
             print(svc.user(args.name).token)
         elif args.verb == "metrics":
-            _write_atomically(Path(args.output), svc.prometheus_text(node=False))
+            _write_atomically(Path(args.output), svc.service_figures_text().decode())
         elif args.verb == "bind-dn":
             from ams_app.authn.admin import bind_dn
 
@@ -164,6 +167,11 @@ def _write_atomically(path: Path, text: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["probe"]:  # an API client with Nagios exit codes: none of the service's settings
+        from ams_app.probe import main as probe
+
+        return probe(words[1:])
     args = _parser().parse_args(argv)
     if args.command == "republish":  # an API client: none of the service's settings
         from ams_app.republish.loop import main as republish

@@ -14,6 +14,7 @@ import re  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from http import HTTPStatus  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -150,6 +151,7 @@ class Handler(WSGIHandler):  # type: ignore[misc]
     def _handle_client_error(self, ex: Exception) -> Any:
         if isinstance(ex, _SlowClient):
             self.log_error("%s (from %s)", ex, self.client_address)
+            self.server.refused("head_timeout")
             return ("408", _HEAD_TOO_SLOW)
         return super()._handle_client_error(ex)
 
@@ -190,11 +192,13 @@ class Handler(WSGIHandler):  # type: ignore[misc]
         except gevent.Timeout as timeout:
             if timeout is not deadline:
                 raise
+            self.server.refused("body_timeout")
             self._refuse(_BODY_TOO_SLOW, f"request body not received within {self.server.body_timeout}s", False)
             return False
         finally:
             deadline.cancel()
         if got > limit:
+            self.server.refused("too_large")
             self._refuse(_BODY_TOO_LARGE, "chunked request body over max_request_bytes", True)
             return False
         env["wsgi.input"] = io.BytesIO(b"".join(parts))
@@ -234,8 +238,10 @@ class Server(WSGIServer):  # type: ignore[misc]
     max_body: int = 10 * 1024 * 1024
     max_connections: int = 1000
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, refused: Callable[[str], None] = lambda reason: None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        #: Told the reason of each request answered here, not by the app (docs/monitoring.md).
+        self.refused = refused
         self.busy: set[Handler] = set()  # handlers between a request line and their response
         self.running: set[Handler] = set()  # of those, the ones whose request is whole
         self.handlers: dict[Handler, None] = {}  # every open connection, oldest first
@@ -267,6 +273,7 @@ class Server(WSGIServer):  # type: ignore[misc]
 
     def handle(self, sock: socket.socket, address: Any) -> None:
         if len(self.handlers) >= self.max_connections and not self._make_room():
+            self.refused("full")
             with contextlib.suppress(OSError):
                 sock.settimeout(2.0)
                 sock.sendall(_FULL)
@@ -295,6 +302,7 @@ def serve(settings: Settings) -> int:
         handler_class=Handler,
         log=logging.getLogger("ams.access"),
         error_log=logging.getLogger("ams.error"),
+        refused=lambda reason: service.telemetry.refused.labels(reason).inc(),
         **tls,
     )
     server.client_timeout = settings.client_timeout

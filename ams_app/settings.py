@@ -48,6 +48,9 @@ class Settings:
     #: Who may read the Prometheus text at /metrics: ``token`` (service_admin or metrics_viewer),
     #: ``open`` (anyone who reaches the port) or ``off``.
     prometheus_access: str = "token"
+    #: At most this many series per per-topic or per-subscription family on the Prometheus page
+    #: (the largest first; per-project figures are always whole; docs/monitoring.md). 0: none.
+    prometheus_series_limit: int = 500
     #: Host name reported by /v1/version (omitted when empty).
     proxy_hostname: str = ""
 
@@ -130,6 +133,9 @@ class Settings:
     #: The user that push workers act as: added to the ACL of every active push subscription
     #: (created with service role push_worker when first needed).
     push_worker_user: str = "push_worker_0"
+    #: Port on which ``ams push-worker`` serves its Prometheus page (``/metrics`` on ``host``,
+    #: with the API's ``prometheus_access``); 0: none (docs/monitoring.md).
+    push_worker_metrics_port: int = 0
     #: ZooKeeper path under which push workers (backend kafka) register and own subscriptions.
     #: Empty: ``/ams-push/{mongo_database}``, so that deployments sharing an ensemble stay apart.
     push_znode: str = ""
@@ -196,6 +202,8 @@ class Settings:
                 raise SettingsError(f"{name} must be at least 1")
         if self.prometheus_access not in ("token", "open", "off"):
             raise SettingsError("prometheus_access must be token, open or off")
+        if self.prometheus_series_limit < 0:
+            raise SettingsError("prometheus_series_limit must be 0 or more")
         if self.metrics_flush_seconds <= 0:
             raise SettingsError("metrics_flush_seconds must be positive")
         for name in ("client_timeout", "request_head_timeout", "request_body_timeout"):
@@ -207,6 +215,8 @@ class Settings:
             raise SettingsError("pull_wait_seconds must not be negative")
         if not 1 <= self.default_ack_deadline <= 600:
             raise SettingsError("default_ack_deadline must be between 1 and 600")
+        if not 0 <= self.push_worker_metrics_port <= 65535:
+            raise SettingsError("push_worker_metrics_port must be a TCP port, or 0")
         if self.push_worker not in ("in-process", "external"):
             raise SettingsError("push_worker must be in-process or external")
         if self.backend == "kafka" and self.push_enabled and not self.zookeeper_hosts:

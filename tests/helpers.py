@@ -173,6 +173,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def prometheus_samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of a Prometheus text page, by (name, labels), parsed by prometheus-client's
+    own parser (so a page it cannot parse fails the test)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def sample(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float | None:
+    return samples.get((name, frozenset(labels.items())))
+
+
 def b64(text: str | bytes) -> str:
     raw = text.encode() if isinstance(text, str) else text
     return base64.b64encode(raw).decode()
@@ -276,6 +292,12 @@ class Api:
 
     def as_(self, token: str) -> Api:
         return Api(self.base, token, self.transport)
+
+    def scrape(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        """The service's Prometheus page (``/metrics``, outside ``/v1``), parsed."""
+        r = self.session.get(self.base.rsplit("/v1", 1)[0] + "/metrics", headers={"x-api-key": self.token}, timeout=30)
+        assert r.status_code == 200, r.text
+        return prometheus_samples(r.text)
 
     def request(self, method: str, path: str, body: Any = None, *, raw: bytes | str | None = None, **kw: Any) -> Any:
         headers = kw.pop("headers", {})

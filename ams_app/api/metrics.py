@@ -8,26 +8,17 @@ from flask import Blueprint, Response, request
 from ams_app.api.pipeline import PROJECT, SUBSCRIPTION, TOPIC, Ctx, add_route, ok, open_route, request_token, service
 from ams_app.auth import CONSUMER, METRICS_VIEWER, PROJECT_ADMIN, PUBLISHER, SERVICE_ADMIN
 from ams_app.errors import AmsError
+from ams_app.telemetry import TEXT_FORMAT
 
-#: Outside the API: the Prometheus text exposition at /metrics.
+#: Outside the API: the Prometheus text exposition at /metrics (docs/monitoring.md).
 prometheus_bp = Blueprint("prometheus", __name__)
 
 
 @prometheus_bp.get("/metrics")
 def prometheus() -> Response:
-    svc = service()
-    access = svc.settings.prometheus_access
-    if access == "off":
-        raise AmsError.not_found("Resource")
-    if access == "token":
-        header = request.headers.get("Authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else request_token()
-        caller = svc.caller_for_token(token)
-        if caller is None:
-            raise AmsError.unauthorized()
-        if not (caller.is_service_admin or caller.has(METRICS_VIEWER)):
-            raise AmsError.forbidden()
-    return Response(svc.prometheus_text(), status=200, content_type="text/plain; version=0.0.4; charset=utf-8")
+    header = request.headers.get("Authorization", "")
+    token = header[7:].strip() if header.lower().startswith("bearer ") else request_token()
+    return Response(service().prometheus_page(token), status=200, content_type=TEXT_FORMAT)
 
 
 @add_route("/metrics", "ams:metrics", "GET", roles=(SERVICE_ADMIN, METRICS_VIEWER))

@@ -41,6 +41,11 @@ class MessageLog(Protocol):
         """Messages with start <= offset < end, stopping past max_bytes (at least one)."""
         ...
 
+    def peek(self, key: str, offset: int) -> StoredMessage | None:
+        """The first retained message at or after ``offset`` (None: there is none), read aside:
+        what a monitoring scrape reads, without moving anything the hot path keeps in place."""
+        ...
+
     def bounds(self, key: str) -> tuple[int, int]:
         """(min, max): the oldest retained offset and the next offset to be written."""
         ...

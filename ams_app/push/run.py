@@ -11,20 +11,57 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import json  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from http import HTTPStatus  # noqa: E402
+from typing import Any  # noqa: E402
+from urllib.parse import parse_qs  # noqa: E402
 
 import gevent  # noqa: E402
 from gevent.event import Event  # noqa: E402
+from gevent.pywsgi import WSGIServer  # noqa: E402
 
 from ams_app.backends import open_backends  # noqa: E402
+from ams_app.errors import AmsError  # noqa: E402
 from ams_app.logs import configure_logging  # noqa: E402
 from ams_app.push.worker import PushWorker, coordinator_for  # noqa: E402
 from ams_app.service.core import AmsService  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
+from ams_app.telemetry import TEXT_FORMAT  # noqa: E402
+
+JSON = "application/json; charset=utf-8"
 
 log = logging.getLogger("ams.push")
+
+
+def metrics_server(service: AmsService, settings: Settings) -> WSGIServer | None:
+    """The worker's Prometheus page at ``http://host:push_worker_metrics_port/metrics``: this
+    process's figures, under the same ``prometheus_access`` as a node's page."""
+    if not settings.push_worker_metrics_port:
+        return None
+
+    def page(environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("PATH_INFO") != "/metrics" or environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+            status, kind, body = 404, JSON, json.dumps(AmsError.not_found("Resource").envelope()).encode()
+        else:
+            header = environ.get("HTTP_AUTHORIZATION", "")
+            query = parse_qs(environ.get("QUERY_STRING", ""))
+            token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+            token = token or environ.get("HTTP_X_API_KEY", "") or query.get("key", [""])[0]
+            try:
+                status, kind, body = 200, TEXT_FORMAT, service.prometheus_page(token)
+            except AmsError as exc:
+                status, kind, body = exc.code, JSON, json.dumps(exc.envelope()).encode()
+        start_response(f"{status} {HTTPStatus(status).phrase}", [("Content-Type", kind)])
+        return [body]
+
+    server = WSGIServer((settings.host, settings.push_worker_metrics_port), page, log=None)
+    server.start()
+    log.info("push worker metrics on http://%s:%d/metrics", settings.host, server.server_port)
+    return server
 
 
 def run_worker(settings: Settings) -> int:
@@ -38,6 +75,7 @@ def run_worker(settings: Settings) -> int:
     store, message_log = open_backends(settings)
     service = AmsService(settings, store, message_log)
     worker = PushWorker(service, coordinator_for(settings, register=True), settings).start()
+    page = metrics_server(service, settings)
     log.info(
         "push worker %s started (ZooKeeper %s, %s)",
         worker.coordinator.worker_id,
@@ -49,6 +87,8 @@ def run_worker(settings: Settings) -> int:
         gevent.signal_handler(signum, done.set)
     done.wait()
     log.info("push worker stopping")
+    if page is not None:
+        page.stop(timeout=1)
     worker.stop(settings.shutdown_timeout)
     service.close()
     log.info("push worker stopped")

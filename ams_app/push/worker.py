@@ -10,6 +10,7 @@ only posts while its worker holds the subscription's claim.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from ams_app.push.pacing import Pacer, RateLimiter
 from ams_app.service.base import topic_key
 from ams_app.service.push import active, push_key
 from ams_app.settings import Settings
+from ams_app.telemetry import GaugeCallback
 from ams_app.webhook import PushClient
 
 if TYPE_CHECKING:
@@ -126,10 +128,14 @@ class Runner:
         (the claim is gone or the runner stops: nothing was sent)."""
         worker = self.worker
         gevent.sleep(worker.rate.delay())
+        telemetry = worker.service.telemetry
         with worker.in_flight:
             if self.stopping.is_set() or not worker.coordinator.confirm(self.key):
                 return None
+            began = time.perf_counter()
             outcome = worker.client.deliver(sub.push, self.name, messages)
+            telemetry.push_latency.labels(project.name).observe(time.perf_counter() - began)
+        telemetry.push_deliveries.labels(project.name, "success" if outcome.ok else "failure").inc()
         self.pacer.record(outcome.ok)
         if not outcome.ok:
             self.failures += 1
@@ -139,6 +145,7 @@ class Runner:
         try:
             if worker.service.push_commit(project, sub, version, messages):
                 self.delivered += len(messages)
+                telemetry.push_messages.labels(project.name).inc(len(messages))
             else:
                 log.info("push: %s moved while delivering; reading again", self.name)
         except Exception:
@@ -164,13 +171,28 @@ class PushWorker:
         self.wake = Event()
         self.stopping = Event()
         self._scanner: gevent.Greenlet | None = None
+        self._gauge: GaugeCallback | None = None
 
     def start(self) -> PushWorker:
+        self._gauge = GaugeCallback(
+            "ams_push_consecutive_failures",
+            "Posts in a row that failed, per push subscription this worker delivers (the most failing "
+            "first, at most prometheus_series_limit).",
+            ["project", "subscription"],
+            self._failing,
+        )
+        self.service.telemetry.add(self._gauge)
         self.service.push_listeners.append(self.wake.set)
         self.coordinator.on_change = self.wake.set
         self.coordinator.start()
         self._scanner = gevent.spawn(self._scan_loop)
         return self
+
+    def _failing(self) -> list[tuple[list[str], float]]:
+        runners = heapq.nlargest(
+            self.settings.prometheus_series_limit, list(self.runners.values()), key=lambda r: r.failures
+        )
+        return [([r.project.name, r.sub.name], float(r.failures)) for r in runners if not r.greenlet.dead]
 
     def _scan_loop(self) -> None:
         while not self.stopping.is_set():
@@ -215,6 +237,9 @@ class PushWorker:
         self.client.close()
         if self.wake.set in self.service.push_listeners:
             self.service.push_listeners.remove(self.wake.set)
+        if self._gauge is not None:
+            self.service.telemetry.registry.unregister(self._gauge)
+            self._gauge = None
 
 
 def coordinator_for(settings: Settings, *, register: bool) -> Coordinator:

@@ -30,6 +30,8 @@ class Config:
     create_topics: bool
     source_attribute: str
     max_messages: int
+    #: ``host:port`` of the republisher's Prometheus page; None: no page (docs/monitoring.md).
+    metrics_address: tuple[str, int] | None = None
 
 
 _KEYS = {
@@ -38,6 +40,7 @@ _KEYS = {
     "route": {"attribute", "json_field"},
     "target": {"project", "topic", "unroutable_topic", "create_topics", "source_attribute"},
     "batch": {"max_messages"},
+    "metrics": {"host", "port"},
 }
 _REQUIRED_SECTIONS = ("ams", "source", "route", "target")
 
@@ -77,7 +80,19 @@ def parse_config(raw: Mapping[str, Any]) -> Config:
         create_topics=_bool(target, "target", "create_topics", False),
         source_attribute=_str(target, "target", "source_attribute", "republish_source"),
         max_messages=int(_positive(sections["batch"], "batch", "max_messages", 100, integer=True)),
+        metrics_address=_metrics(sections["metrics"]),
     )
+
+
+def _metrics(section: Mapping[str, Any]) -> tuple[str, int] | None:
+    if "port" not in section:
+        if section:
+            raise ConfigError("metrics.port is required with metrics.host")
+        return None
+    port = section["port"]
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+        raise ConfigError("metrics.port must be a TCP port (1-65535)")
+    return _str(section, "metrics", "host", "127.0.0.1"), port
 
 
 def _section(raw: Mapping[str, Any], name: str) -> dict[str, Any]:

@@ -8,10 +8,13 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from types import FrameType
 from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from ams_app.republish.config import Config, ConfigError, load_config
 from ams_app.republish.routing import Message, Routed, route
@@ -332,7 +335,44 @@ def main(config_path: str) -> int:
     stopper = Stopper()
     stopper.install()
     transport = HttpTransport(config)
+    republisher = Republisher(config, transport, stopper)
+    page = serve_metrics(republisher.counters, config.metrics_address) if config.metrics_address else None
     try:
-        return Republisher(config, transport, stopper).run()
+        return republisher.run()
     finally:
         transport.close()
+        if page is not None:
+            page.shutdown()
+
+
+class _CountersCollector(Collector):
+    def __init__(self, counters: Counters) -> None:
+        self.counters = counters
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.counters
+        messages = CounterMetricFamily(
+            "ams_republish_messages",
+            "Messages the republisher handled: republished to their site topic, or unroutable.",
+            labels=["outcome"],
+        )
+        messages.add_metric(["republished"], c.republished)
+        messages.add_metric(["unroutable"], c.unroutable)
+        yield messages
+        yield CounterMetricFamily("ams_republish_batches", "Batches pulled, republished and acknowledged.", c.batches)
+        yield CounterMetricFamily(
+            "ams_republish_late_acks",
+            "Batches acknowledged after their ack deadline (delivered again: at-least-once).",
+            c.late_acks,
+        )
+
+
+def serve_metrics(counters: Counters, address: tuple[str, int]) -> Any:
+    """The republisher's Prometheus page at ``http://host:port/metrics``, in a thread."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(_CountersCollector(counters))
+    server, _thread = start_http_server(address[1], addr=address[0], registry=registry)
+    log.info("metrics on http://%s:%d/metrics", *address)
+    return server

@@ -25,6 +25,7 @@ from ams_app.service.subscriptions import SubscriptionOps
 from ams_app.service.topics import TopicOps
 from ams_app.service.usage import UsageCounters
 from ams_app.settings import Settings
+from ams_app.telemetry import Telemetry
 
 _HEALTH_INTERVAL = 2.0
 _HEALTH_TIMEOUT = 5.0
@@ -42,11 +43,26 @@ class AmsService(ProjectOps, TopicOps, SubscriptionOps, RegistrationOps, Metrics
         self.log_name = "Kafka" if settings.backend == "kafka" else "the embedded message log"
         #: set to have the health check look again now rather than at its next interval
         self._look_again = Event()
+        #: This process's metrics for Prometheus (ams_app/telemetry.py, docs/monitoring.md).
+        self.telemetry = Telemetry(self.node_name, settings.backend)
+        kafka = settings.backend == "kafka"
         self._guards = {
             self.store_name: Guarded(
-                store, self.store_name, lambda: self.store_name in self.unavailable, self._look_again.set
+                store,
+                self.store_name,
+                lambda: self.store_name in self.unavailable,
+                self._look_again.set,
+                telemetry=self.telemetry,
+                backend="mongodb" if kafka else "embedded_store",
             ),
-            self.log_name: Guarded(log, self.log_name, lambda: self.log_name in self.unavailable, self._look_again.set),
+            self.log_name: Guarded(
+                log,
+                self.log_name,
+                lambda: self.log_name in self.unavailable,
+                self._look_again.set,
+                telemetry=self.telemetry,
+                backend="kafka" if kafka else "embedded_log",
+            ),
         }
         store = cast(MetadataStore, self._guards[self.store_name])
         log = cast(MessageLog, self._guards[self.log_name])
@@ -64,6 +80,7 @@ class AmsService(ProjectOps, TopicOps, SubscriptionOps, RegistrationOps, Metrics
         if settings.consume_owner and settings.backend == "kafka":
             self.owners = owner.Owners(settings, store)
             self.owners.start()
+        self.register_figures()
 
     @property
     def backend_healthy(self) -> bool:

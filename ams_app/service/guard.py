@@ -22,14 +22,18 @@ partition without a leader, say).
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gevent
 from gevent import getcurrent
 
 from ams_app.backends.errors import BackendUnavailable
 from ams_app.errors import AmsError
+
+if TYPE_CHECKING:
+    from ams_app.telemetry import Telemetry
 
 #: Calls that must reach the backend whatever the health check last found.
 PASS_THROUGH = frozenset({"ping", "close"})
@@ -38,15 +42,25 @@ CONFIRM_SECONDS = 1.0
 
 
 class Guarded:
-    """``target`` with every method refused while ``is_down()`` says so."""
+    """``target`` with every method refused while ``is_down()`` says so; with ``telemetry``, each
+    call's duration and failures are recorded under ``backend`` (docs/monitoring.md)."""
 
     def __init__(
-        self, target: Any, name: str, is_down: Callable[[], bool], recheck: Callable[[], None] = lambda: None
+        self,
+        target: Any,
+        name: str,
+        is_down: Callable[[], bool],
+        recheck: Callable[[], None] = lambda: None,
+        *,
+        telemetry: Telemetry | None = None,
+        backend: str = "",
     ) -> None:
         self._target = target
         self._name = name
         self._is_down = is_down
         self._recheck = recheck
+        self._telemetry = telemetry
+        self._backend = backend or name
         self._waiting: set[Any] = set()  # greenlets inside a call to the backend
 
     def unavailable(self) -> AmsError:
@@ -57,20 +71,33 @@ class Guarded:
         if attr in PASS_THROUGH or attr.startswith("_") or not callable(value):
             return value
         is_down, waiting, unavailable, gone = self._is_down, self._waiting, self.unavailable, self._gone
+        telemetry, backend = self._telemetry, self._backend
+        if telemetry is not None:
+            from ams_app.telemetry import error_kind
+
+            timing = telemetry.backend_calls.labels(backend, attr)
+            errors = telemetry.backend_errors
 
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if is_down():
+                if telemetry is not None:
+                    errors.labels(backend, "refused").inc()
                 raise unavailable()
             current = getcurrent()
             waiting.add(current)
+            start = time.perf_counter()
             try:
                 return value(*args, **kwargs)
-            except BackendUnavailable as exc:
-                if gone():
+            except BaseException as exc:
+                if telemetry is not None:
+                    errors.labels(backend, error_kind(exc)).inc()
+                if isinstance(exc, BackendUnavailable) and gone():
                     raise unavailable() from exc
                 raise
             finally:
                 waiting.discard(current)
+                if telemetry is not None:
+                    timing.observe(time.perf_counter() - start)
 
         self.__dict__[attr] = guarded  # methods do not change: built once, found directly next time
         return guarded

@@ -1,5 +1,5 @@
 """Metrics of AmsService: operational, project, topic, subscription, VA report, usage report,
-and the Prometheus text exposition (docs/compatibility.md, "Metrics")."""
+and what it adds to the Prometheus page (docs/compatibility.md, "Metrics"; docs/monitoring.md)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,17 @@ import math
 import os
 import time
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ams_app.auth import CONSUMER, PROJECT_ADMIN, PUBLISHER, Caller
+from ams_app.auth import CONSUMER, METRICS_VIEWER, PROJECT_ADMIN, PUBLISHER, Caller
 from ams_app.errors import AmsError
 from ams_app.models import Project, Subscription
 from ams_app.service.base import ServiceBase
 from ams_app.service.usage import UsageCounters
+from ams_app.telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from ams_app.service.figures import ServiceFigures
 from ams_app.timeutil import zulu_seconds
 
 NS = 1_000_000_000
@@ -68,6 +72,7 @@ def _ceil2(value: float) -> float:
 
 class MetricsOps(ServiceBase):
     usage: UsageCounters
+    telemetry: Telemetry
 
     def sub_offsets(self, project: Project, sub: Subscription) -> tuple[int, int, int]:  # AmsService's
         raise NotImplementedError
@@ -347,61 +352,76 @@ class MetricsOps(ServiceBase):
         return {"va_metrics": self.va_report(projects, start, end), "operational_metrics": {"metrics": operational}}
 
     # ------------------------------------------------------------ Prometheus -----------------
-    def prometheus_text(self, *, node: bool = True) -> str:
-        """Operational figures and per-topic/subscription counters, Prometheus text format 0.0.4.
+    def register_figures(self) -> None:
+        """Add what this service computes when scraped to its telemetry's registry: this
+        process's CPU and memory, the subscriptions it owns, and the service-wide figures."""
+        from ams_app.telemetry import GaugeCallback
 
-        ``node=False`` leaves out the figures of this process (CPU, memory): what ``ams admin metrics``
-        writes for a textfile collector, where the process is a one-shot command."""
-        names = {p.uuid: p.name for p in self.store.list_projects()}
-
-        def esc(value: str) -> str:
-            return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-        lines: list[str] = []
-
-        def family(name: str, kind: str, text: str, samples: list[tuple[dict[str, str], float]]) -> None:
-            lines.append(f"# HELP {name} {text}")
-            lines.append(f"# TYPE {name} {kind}")
-            for labels, value in samples:
-                rendered = ",".join(f'{k}="{esc(v)}"' for k, v in labels.items())
-                lines.append(f"{name}{{{rendered}}} {value}" if rendered else f"{name} {value}")
-
-        if node:
-            cpu, memory = node_sample()
-            this = {"node": self.node_name}
-            family(
-                "ams_node_cpu_percent", "gauge", "CPU used by this AMS node since it started (percent).", [(this, cpu)]
+        telemetry = self.telemetry
+        node = self.node_name
+        telemetry.add(
+            GaugeCallback(
+                "ams_node_cpu_percent",
+                "CPU used by this AMS process since it started (percent of one core).",
+                ["node"],
+                lambda: [([node], node_sample()[0])],
             )
-            family(
+        )
+        telemetry.add(
+            GaugeCallback(
                 "ams_node_memory_percent",
-                "gauge",
-                "Resident memory of this AMS node (percent of RAM).",
-                [(this, memory)],
+                "Resident memory of this AMS process (percent of RAM).",
+                ["node"],
+                lambda: [([node], node_sample()[1])],
             )
-        topics = [(names[p], n, u) for p, n, u in self.usage.all_usage("topic") if p in names]
-        subs = [(names[p], n, u) for p, n, u in self.usage.all_usage("sub") if p in names]
-        family(
-            "ams_topic_messages_total",
-            "counter",
-            "Messages published to the topic.",
-            [({"project": p, "topic": n}, u.messages) for p, n, u in topics],
         )
-        family(
-            "ams_topic_bytes_total",
-            "counter",
-            "Bytes of data (base64) published to the topic.",
-            [({"project": p, "topic": n}, u.bytes) for p, n, u in topics],
-        )
-        family(
-            "ams_subscription_messages_total",
-            "counter",
-            "Messages delivered from the subscription (redeliveries included).",
-            [({"project": p, "subscription": n}, u.messages) for p, n, u in subs],
-        )
-        family(
-            "ams_subscription_bytes_total",
-            "counter",
-            "Bytes of data (base64) delivered from the subscription.",
-            [({"project": p, "subscription": n}, u.bytes) for p, n, u in subs],
-        )
-        return "\n".join(lines) + "\n"
+        owners = self.owners
+        if owners is not None:
+            telemetry.add(
+                GaugeCallback(
+                    "ams_consume_owned_subscriptions",
+                    "Pull subscriptions whose leases this node holds (consume_owner).",
+                    [],
+                    lambda: [([], float(len(owners.held_keys())))],
+                )
+            )
+            telemetry.add(
+                GaugeCallback(
+                    "ams_consume_leases_in_flight",
+                    "Leases this node holds for its subscriptions: pulls not yet acknowledged or expired.",
+                    [],
+                    lambda: [([], float(owners.leases_in_flight()))],
+                )
+            )
+        telemetry.add(self._figures())
+
+    def prometheus_page(self, token: str) -> bytes:
+        """This process's Prometheus page, for whom ``prometheus_access`` lets read it: anyone
+        (``open``), a service_admin or metrics_viewer token (``token``), nobody (``off``: 404)."""
+        access = self.settings.prometheus_access
+        if access == "off":
+            raise AmsError.not_found("Resource")
+        if access == "token":
+            caller = self.caller_for_token(token)
+            if caller is None:
+                raise AmsError.unauthorized()
+            if not (caller.is_service_admin or caller.has(METRICS_VIEWER)):
+                raise AmsError.forbidden()
+        return self.telemetry.exposition()
+
+    def caller_for_token(self, token: str) -> Caller | None:  # AmsService's
+        raise NotImplementedError
+
+    def _figures(self) -> ServiceFigures:
+        from ams_app.service.figures import ServiceFigures
+
+        return ServiceFigures(self.store, self.log, self.usage, self.settings.prometheus_series_limit)
+
+    def service_figures_text(self) -> bytes:
+        """The service-wide figures alone, in the Prometheus text format: what ``ams admin metrics``
+        writes for a textfile collector, where the process is a one-shot command."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(self._figures())
+        return generate_latest(registry)

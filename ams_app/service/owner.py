@@ -36,6 +36,7 @@ from gevent.lock import Semaphore
 
 from ams_app.errors import AmsError
 from ams_app.models import Cursor
+from ams_app.service import cursor as cur
 from ams_app.settings import Settings
 from ams_app.zookeeper import zookeeper_client
 
@@ -336,6 +337,13 @@ class Owners:
 
     def held_keys(self) -> list[str]:
         return sorted(self._held)
+
+    def leases_in_flight(self) -> int:
+        """Leases of the held cursors not yet expired (a gauge for docs/monitoring.md)."""
+        now_ns = time.time_ns()
+        return sum(
+            1 for held in list(self._held.values()) for lease in held.cursor.leases if not cur.expired(lease, now_ns)
+        )
 
     # --- the cursor --------------------------------------------------------------------------------
     def change(self, key: str, change: Callable[[Cursor], tuple[Cursor | None, R]], *, durable: bool) -> R:

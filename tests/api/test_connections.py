@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.helpers import AmsServer, Api
+from tests.helpers import AmsServer, Api, sample
 
 LIMIT = 40  # max_connections of the server under test
 HEAD_SECONDS = 2
@@ -105,6 +105,7 @@ def test_a_request_head_past_its_deadline_gets_408_and_the_connection_closes(srv
         408,
         {"error": {"code": 408, "message": "Request headers took too long", "status": "REQUEST_TIMEOUT"}},
     )
+    assert sample(srv.api().scrape(), "ams_http_connections_refused_total", reason="head_timeout") == 1
 
 
 def test_a_request_body_past_its_deadline_gets_408_and_the_connection_closes(srv: AmsServer) -> None:
@@ -121,6 +122,7 @@ def test_a_request_body_past_its_deadline_gets_408_and_the_connection_closes(srv
         {"error": {"code": 408, "message": "Request body took too long", "status": "REQUEST_TIMEOUT"}},
     )
     assert requests.get(f"{srv.url}/projects/slow", headers={"x-api-key": srv.token}, timeout=20).status_code == 404
+    assert sample(srv.api().scrape(), "ams_http_connections_refused_total", reason="body_timeout") == 1
 
 
 def test_a_full_server_answers_503_at_once_and_serves_again_after(srv: AmsServer) -> None:
@@ -156,6 +158,7 @@ def test_a_full_server_answers_503_at_once_and_serves_again_after(srv: AmsServer
         thread.join()
     assert answers == [200] * LIMIT  # the busy ones were served, none cut
     assert status_served(srv) == 200
+    assert sample(srv.api().scrape(), "ams_http_connections_refused_total", reason="full") == 1
 
 
 def test_an_idle_tls_client_that_never_says_hello_does_not_hold_a_slot(make_server: Any) -> None:

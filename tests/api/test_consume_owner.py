@@ -24,7 +24,16 @@ import pytest
 import requests
 
 from tests.conftest import require_backend
-from tests.helpers import ClusterNode, b64, drop_database, load_services_tool, service_settings, unique
+from tests.helpers import (
+    ClusterNode,
+    b64,
+    drop_database,
+    load_services_tool,
+    prometheus_samples,
+    sample,
+    service_settings,
+    unique,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -252,3 +261,30 @@ def test_a_body_too_large_for_a_forward_is_413(nodes, project, cluster, zk):
     r = other.request("POST", f"/projects/{project}/subscriptions/{sub}:acknowledge", huge)
     assert r.status_code == 413, r.text[:200]
     assert r.json()["error"]["message"] == "Request body is too large"
+
+
+def test_the_owner_reports_its_subscriptions_and_leases(nodes, project, cluster, zk):
+    """``ams_consume_owned_subscriptions`` and ``ams_consume_leases_in_flight`` (docs/monitoring.md):
+    the owner's page counts its leases until they are acknowledged; the service-wide backlog is the
+    same on every node."""
+    sub, _ = make_subscription(nodes, project, 20)
+    ids, _ = pull(nodes[0], project, sub, 5)
+    _, _ = pull(nodes[1], project, sub, 5)
+    owner = owner_of(zk, cluster, sub)
+    assert owner is not None
+
+    def page(node: ClusterNode) -> dict[Any, float]:
+        r = node.session.get(node.url.removesuffix("/v1") + "/metrics", timeout=30)
+        assert r.status_code == 200, r.text
+        return prometheus_samples(r.text)
+
+    owner_page = page(nodes[owner - 1])
+    assert (sample(owner_page, "ams_consume_owned_subscriptions") or 0) >= 1
+    assert (sample(owner_page, "ams_consume_leases_in_flight") or 0) >= 2
+    # the owner writes its cursor behind: every node's scrape sees the backlog of the store's cursor
+    for node in nodes:
+        assert sample(page(node), "ams_subscription_backlog_messages", project=project, subscription=sub) == 20
+    assert ack(nodes[2], project, sub, ids[-1]).status_code == 200
+    assert (sample(page(nodes[owner - 1]), "ams_consume_leases_in_flight") or 0) <= (
+        sample(owner_page, "ams_consume_leases_in_flight") or 0
+    ) - 1

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trustme
 
-from tests.helpers import AmsServer, Api, b64, unique
+from tests.helpers import AmsServer, Api, b64, sample, unique
 from tests.helpers import error_of as envelope
 from tests.push_receiver import Receiver
 
@@ -245,6 +245,30 @@ def test_push_status_tells_failures_then_recovery(api: Api, project: str, topic:
         ),
         what="pushStatus back to active",
     )
+
+
+def test_push_figures_on_the_prometheus_page(api: Api, project: str, topic: str, receiver: Receiver) -> None:
+    """Failures, successes, delivered messages and the consecutive failures of a subscription
+    (docs/monitoring.md) follow what the endpoint answers."""
+    receiver.fail_first = 10**6
+    name, _ = verified_sub(api, project, topic, receiver, retryPolicy={"type": "linear", "period": 100})
+    api.publish(project, topic, "x", "y")
+    labels = {"project": project, "subscription": name}
+
+    def failures() -> float:
+        return sample(api.scrape(), "ams_push_consecutive_failures", **labels) or 0
+
+    wait_until(lambda: failures() >= 3, what="three failures in a row on the page")
+    page = api.scrape()
+    assert (sample(page, "ams_push_deliveries_total", project=project, outcome="failure") or 0) >= 3
+    assert sample(page, "ams_push_deliveries_total", project=project, outcome="success") is None
+    receiver.fail_first = 0
+    receiver.wait_for(2)
+    wait_until(lambda: failures() == 0, what="consecutive failures back to 0")
+    page = api.scrape()
+    assert (sample(page, "ams_push_deliveries_total", project=project, outcome="success") or 0) >= 1
+    assert sample(page, "ams_push_messages_delivered_total", project=project) == 2
+    assert (sample(page, "ams_push_delivery_duration_seconds_count", project=project) or 0) >= 4
 
 
 def test_replay_with_modify_offset_delivers_again(api: Api, project: str, topic: str, receiver: Receiver) -> None:

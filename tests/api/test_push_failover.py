@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import trustme
 
 from tests.api.test_push import payloads, verified_sub, wait_until
-from tests.helpers import ROOT, AmsServer, Api
+from tests.helpers import ROOT, AmsServer, Api, free_port, prometheus_samples, sample
 from tests.push_receiver import Receiver
 
 pytestmark = pytest.mark.slow
@@ -209,3 +210,32 @@ def test_subscriptions_spread_over_the_workers_and_all_deliver(
     assert {m["subscription"] for r in receiver.accepted() for m in [r.body]} == {
         f"/projects/{project}/subscriptions/{s}" for s in subs
     }
+
+
+def test_a_worker_serves_its_prometheus_page(make_server: Any, tmp_path: Path, receiver: Receiver) -> None:
+    """``push_worker_metrics_port``: the worker's own page, with the deliveries it made."""
+    server: AmsServer = make_server(
+        tmp_path / "api", backend="kafka", ams_push_worker="external", ams_push_session_seconds=SESSION_SECONDS
+    )
+    workers = Workers(server, tmp_path)
+    port = free_port()
+    workers.env.update({"AMS_PUSH_WORKER_METRICS_PORT": str(port), "AMS_SERVICE_TOKEN": server.token})
+    workers.start()
+    api = server.api()
+    try:
+        wait_until(lambda: len(api.ok("GET", "/status")["push_servers"]) == 1, what="the push worker registered")
+        project = api.new_project()
+        api.ok("PUT", f"/projects/{project}/topics/t")
+        verified_sub(api, project, "t", receiver, maxMessages=5)
+        api.publish(project, "t", "a", "b", "c")
+        receiver.wait_for(3)
+        page_url = f"http://127.0.0.1:{port}/metrics"
+        assert requests.get(page_url, timeout=10).status_code == 401  # prometheus_access: token, as the API's
+
+        def delivered() -> float:
+            page = requests.get(page_url, headers={"x-api-key": server.token}, timeout=10)
+            return sample(prometheus_samples(page.text), "ams_push_messages_delivered_total", project=project) or 0
+
+        wait_until(lambda: delivered() == 3, what="3 messages delivered on the worker's page")
+    finally:
+        workers.stop()

@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 import yaml
 
-from tests.helpers import ROOT, AmsServer, Api, b64
+from tests.helpers import ROOT, AmsServer, Api, b64, free_port, prometheus_samples, sample
 
 #: "Not stuck" bound of every wait: generous, never a timing assertion.
 DEADLINE = 180.0  # a "not stuck" bound: the kafka backend on FerretDB is slow, and CI shares 2 cores
@@ -172,8 +173,15 @@ def test_a_mixed_stream_routes_exactly(
         expected.append(reason)
     src.publish(messages)
 
-    process = republisher(src.config(server, tls_files[2]))
+    port = free_port()
+    process = republisher({**src.config(server, tls_files[2]), "metrics": {"port": port}})
     src.wait_drained(process)
+    unroutable = sum(where == "unroutable" for where, _ in expected)
+    # its Prometheus page (docs/monitoring.md) counts what it did
+    page = prometheus_samples(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+    assert sample(page, "ams_republish_messages_total", outcome="republished") == len(expected) - unroutable
+    assert sample(page, "ams_republish_messages_total", outcome="unroutable") == unroutable
+    assert sample(page, "ams_republish_batches_total") == 4
     assert process.stop() == 0, process.log()
 
     for topic in (*targets, "unroutable"):
@@ -188,7 +196,6 @@ def test_a_mixed_stream_routes_exactly(
             del attributes["republish_source"]
             assert attributes == messages[i]["attributes"]  # the others unchanged
     log = process.log()
-    unroutable = sum(where == "unroutable" for where, _ in expected)
     assert f"totals: {len(expected) - unroutable} republished, {unroutable} unroutable" in log, log
     assert "batch 1: 100 messages: site-" in log, log
 
@@ -314,6 +321,8 @@ def test_create_topics_creates_a_missing_site_topic(
             {"ams": {"url": "https://127.0.0.1:1", "token": "x", "verify": "/no/such/ca.pem"}},
             "ams.verify: no CA bundle at /no/such/ca.pem",
         ),
+        ({"metrics": {"port": 70000}}, "metrics.port must be a TCP port (1-65535)"),
+        ({"metrics": {"host": "0.0.0.0"}}, "metrics.port is required with metrics.host"),
     ],
 )
 def test_a_bad_config_exits_2_and_says_why(tmp_path: Path, change: dict[str, Any], message: str) -> None:

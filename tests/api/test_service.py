@@ -12,7 +12,7 @@ from typing import Any
 
 import requests
 
-from tests.helpers import ROOT, AmsServer, Api, error_of
+from tests.helpers import ROOT, AmsServer, Api, error_of, prometheus_samples, sample
 
 
 def ams(*args: str) -> subprocess.CompletedProcess[str]:
@@ -205,18 +205,21 @@ def test_admin_metrics_writes_the_service_wide_figures(make_server: Any, tmp_pat
     admin.publish("MET", "t1", "hello-00", "hello-01", "hello-02")  # 12 base64 characters each
     out = tmp_path / "textfile" / "ams.prom"
     out.parent.mkdir()
-    expected = 'ams_topic_messages_total{project="MET",topic="t1"} 3'
     deadline = time.monotonic() + 20
     while True:  # the counters reach the store at the server's next flush
         done = ams("admin", "metrics", "--data-dir", str(data), "--output", str(out))
         assert done.returncode == 0, done.stderr
         text = out.read_text()
-        if expected in text or time.monotonic() > deadline:
+        samples = prometheus_samples(text)
+        if sample(samples, "ams_topic_messages_total", project="MET", topic="t1") == 3 or time.monotonic() > deadline:
             break
         time.sleep(0.2)
-    assert expected in text, text
-    assert 'ams_topic_bytes_total{project="MET",topic="t1"} 36' in text, text
+    assert sample(samples, "ams_topic_messages_total", project="MET", topic="t1") == 3, text
+    assert sample(samples, "ams_topic_bytes_total", project="MET", topic="t1") == 36, text
+    assert sample(samples, "ams_project_published_messages_total", project="MET") == 3, text
+    assert sample(samples, "ams_service_figures_ok") == 1, text
     assert "ams_node_cpu_percent" not in text  # the one-shot command's own figures mean nothing
+    assert "process_cpu_seconds_total" not in text
     assert out.stat().st_mode & 0o777 == 0o644
     assert [p.name for p in out.parent.iterdir()] == ["ams.prom"]  # replaced, no staging file left
     missing = ams("admin", "metrics", "--data-dir", str(data), "--output", str(tmp_path / "nowhere" / "x.prom"))

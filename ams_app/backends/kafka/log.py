@@ -498,6 +498,13 @@ class KafkaMessageLog:
             else:  # this greenlet was interrupted: the thread still uses the reader, which stays locked
                 job.rawlink(lambda _: reader.lock.release())
 
+    def peek(self, key: str, offset: int) -> StoredMessage | None:
+        low, high = self.bounds(key)
+        if max(offset, low) >= high:
+            return None
+        found = self._run(self._read_once, key, max(offset, low), high, 1)  # a pooled consumer: no reader moves
+        return found[0] if found else None
+
     def _read_once(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
         """In a pool thread: a read behind what the topic's reader holds (a redelivery, a replay),
         with a pooled consumer assigned for it alone, so that the reader keeps its place."""

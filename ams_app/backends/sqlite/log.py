@@ -126,6 +126,10 @@ class SqliteMessageLog:
 
         return self.db.read(tx)
 
+    def peek(self, key: str, offset: int) -> StoredMessage | None:
+        found = self.read(key, offset, 2**63 - 1, 1)
+        return found[0] if found else None
+
     def known_bounds(self, key: str) -> tuple[int, int] | None:
         return None  # bounds is a local read: nothing to save
 
