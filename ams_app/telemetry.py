@@ -32,6 +32,10 @@ REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 #: Backend calls: a Kafka produce with acks=all or a store lookup are milliseconds.
 BACKEND_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
 METHODS = frozenset({"GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"})
+#: Why the server answered a request before the app (ams_app/serve.py).
+REFUSALS = ("head_timeout", "body_timeout", "too_large", "full")
+#: What ``error_kind`` tells apart.
+ERROR_KINDS = ("unavailable", "refused", "too_large", "rejected", "other")
 #: The classic text format, which every Prometheus 2 parses (the names are all legacy names, so
 #: prometheus-client's output is the same under either version).
 TEXT_FORMAT = "text/plain; version=0.0.4; charset=utf-8"
@@ -107,6 +111,12 @@ class Telemetry:
             buckets=REQUEST_BUCKETS,
             registry=r,
         )
+        # known label values start at 0, so that rate() sees the first one happen
+        for reason in REFUSALS:
+            self.refused.labels(reason)
+        for name in ("kafka", "mongodb") if backend == "kafka" else ("embedded_log", "embedded_store"):
+            for kind in ERROR_KINDS:
+                self.backend_errors.labels(name, kind)
 
     def exposition(self) -> bytes:
         from prometheus_client import generate_latest
