@@ -1,5 +1,5 @@
 """``ams probe``: a monitoring check of the publish → pull round trip, in the Nagios convention
-(docs/monitoring-probe.md).
+(docs/monitoring.md, "The probe").
 
 It makes sure the probe topic and subscription exist, publishes one message carrying a nonce,
 pulls (acknowledging everything it pulls) until the nonce comes back or the critical threshold

@@ -145,7 +145,8 @@ def error_kind(exc: BaseException) -> str:
 
 class _Info(Collector):
     def __init__(self, node: str, backend: str) -> None:
-        self.labels = {"node": node, "backend": backend, "version": __version__, "pid": str(os.getpid())}
+        # node_name, not node: a scrape's target labels (roles/prometheus) already have a node
+        self.labels = {"node_name": node, "backend": backend, "version": __version__, "pid": str(os.getpid())}
 
     def collect(self) -> Iterator[InfoMetricFamily]:
         yield InfoMetricFamily("ams_build", "This process: node name, backend, version.", value=self.labels)

@@ -358,21 +358,20 @@ class MetricsOps(ServiceBase):
         from ams_app.telemetry import GaugeCallback
 
         telemetry = self.telemetry
-        node = self.node_name
         telemetry.add(
             GaugeCallback(
                 "ams_node_cpu_percent",
                 "CPU used by this AMS process since it started (percent of one core).",
-                ["node"],
-                lambda: [([node], node_sample()[0])],
+                [],
+                lambda: [([], node_sample()[0])],
             )
         )
         telemetry.add(
             GaugeCallback(
                 "ams_node_memory_percent",
                 "Resident memory of this AMS process (percent of RAM).",
-                ["node"],
-                lambda: [([node], node_sample()[1])],
+                [],
+                lambda: [([], node_sample()[1])],
             )
         )
         owners = self.owners
