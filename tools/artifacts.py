@@ -11,6 +11,9 @@ target         what                                                        role 
                (``kafka_2.13-VERSION/libs/*.jar``)
 ``ferretdb``   ``ferretdb/ferretdb`` (+ ``.sha256``): FerretDB built from      ``mongodb_ferretdb_binary_src``
                its Go module, statically linked
+``jmx``        ``jmx-exporter/jmx_prometheus_javaagent-VERSION.jar``: the     ``prometheus_jmx_exporter_``
+               Prometheus JMX exporter javaagent from Maven Central, for   ``jar_src``
+               Kafka's and ZooKeeper's JVMs
 ``wheels``     ``ams-wheelhouse.tar``: the ``ams-app`` wheel of this           ``ams_wheelhouse_src``
                checkout and a wheel of every runtime dependency
                (requirements.txt), gathered in ``wheels/``
@@ -61,6 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / ".cache" / "artifacts"
 KAFKA_DIR = ARTIFACTS / "kafka"
 FERRETDB_DIR = ARTIFACTS / "ferretdb"
+JMX_EXPORTER_DIR = ARTIFACTS / "jmx-exporter"
 WHEELS_DIR = ARTIFACTS / "wheels"
 WHEELHOUSE_TAR = ARTIFACTS / "ams-wheelhouse.tar"
 UPGRADE_WHEELHOUSE_TAR = ARTIFACTS / "ams-wheelhouse-upgrade.tar"
@@ -155,6 +159,18 @@ def build_ferretdb() -> Path:
     _write_checksum(target, "sha256")
     (FERRETDB_DIR / "VERSION").write_text(services.FERRETDB_VERSION + "\n")
     say(f"wrote {target.relative_to(ROOT)} ({services.FERRETDB_VERSION})")
+    return target
+
+
+def build_jmx_exporter() -> Path:
+    services.install_jmx_exporter()
+    target = JMX_EXPORTER_DIR / services.JMX_EXPORTER_JAR.name
+    if target.exists() and _digest(target, "sha256") == _digest(services.JMX_EXPORTER_JAR, "sha256"):
+        say(f"{target.relative_to(ROOT)} is up to date")
+        return target
+    JMX_EXPORTER_DIR.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(services.JMX_EXPORTER_JAR, target)
+    say(f"wrote {target.relative_to(ROOT)}")
     return target
 
 
@@ -357,6 +373,7 @@ def issue_certificate(directory: Path, name: str, sans: Sequence[str], days: int
 TARGETS: dict[str, Callable[[], Path]] = {
     "kafka": build_kafka,
     "ferretdb": build_ferretdb,
+    "jmx": build_jmx_exporter,
     "wheels": build_wheels,
     "upgrade": build_upgrade_wheels,
     "spark": build_spark,

@@ -49,6 +49,8 @@ APT_PACKAGES: dict[str, str] = {
     "zookeeper": "/usr/share/java/zookeeper.jar",
     "haproxy": "haproxy",
     "openssl": "openssl",
+    "prometheus": "promtool",
+    "prometheus-alertmanager": "amtool",
 }
 
 # --- ports and names ------------------------------------------------------------------------
@@ -58,6 +60,8 @@ DEFAULT_KAFKA_PORT = 19092
 DEFAULT_MONGO_PORT = 27018
 KAFKA_ZNODE = "/ams-kafka"
 CLUSTER_PORT = 8443
+#: haproxy's built-in Prometheus exporter in front of the cluster: http://127.0.0.1:18405/metrics
+HAPROXY_PROMETHEUS_PORT = 18405
 NODE_BASE_PORT = 18081  # node N listens on NODE_BASE_PORT + N - 1
 MAX_NODES = 9
 DEFAULT_NODES = 3
@@ -84,6 +88,14 @@ TLS_DIR = CLUSTER_DIR / "tls"
 TOKEN_FILE = CLUSTER_DIR / "token"
 VENV_BIN = ROOT / ".venv" / "bin"
 ZOOKEEPER_JAR = Path(APT_PACKAGES["zookeeper"])
+#: The Prometheus JMX exporter javaagent (Maven Central), in the local Kafka and ZooKeeper as in the
+#: appliance's (roles/prometheus, docs/monitoring.md), with the role's own configuration files.
+JMX_EXPORTER_VERSION = "1.0.1"
+JMX_EXPORTER_HOME = CACHE / f"jmx-exporter-{JMX_EXPORTER_VERSION}"
+JMX_EXPORTER_JAR = JMX_EXPORTER_HOME / f"jmx_prometheus_javaagent-{JMX_EXPORTER_VERSION}.jar"
+JMX_EXPORTER_CONFIGS = ROOT / "roles" / "prometheus" / "files"
+KAFKA_METRICS_PORT = 17071
+ZOOKEEPER_METRICS_PORT = 17000
 
 # --- bounds ---------------------------------------------------------------------------------
 READY_TIMEOUT = {"zookeeper": 45.0, "kafka": 90.0, "ferretdb": 45.0, "postgres": 45.0}
@@ -274,10 +286,12 @@ def render_haproxy_cfg(
     pem: Path,
     stats_socket: Path,
     pid_file: Path,
+    prometheus_port: int = HAPROXY_PROMETHEUS_PORT,
 ) -> str:
     """HTTPS on loopback in front of the nodes, round robin (a subscription's pull, acknowledge,
     offsets and modifyOffset by a hash of its path), with health checks and retries; while no node
-    passes its health check, the nodes that are alive answer (ams_nodes_alive)."""
+    passes its health check, the nodes that are alive answer (ams_nodes_alive). haproxy's Prometheus
+    exporter answers on http://127.0.0.1:``prometheus_port``/metrics, as the role's does."""
     if not nodes:
         raise ValueError("haproxy needs at least one node")
     servers = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port in nodes)
@@ -334,6 +348,12 @@ backend ams_nodes_alive
     option httpchk GET {LIVENESS_PATH}
     http-check expect status 200
 {alive}
+
+frontend ams_https_prometheus
+    mode http
+    bind {HOST}:{prometheus_port}
+    http-request set-log-level silent
+    http-request use-service prometheus-exporter if {{ path /metrics }}
 """
 
 
@@ -466,6 +486,38 @@ def install_kafka() -> None:
     _kafka_marker().write_text(render_pom())
 
 
+def install_jmx_exporter() -> None:
+    """The JMX exporter's javaagent jar from Maven Central into .cache/jmx-exporter-VERSION."""
+    if JMX_EXPORTER_JAR.exists():
+        return
+    mvn = _which("mvn")
+    if mvn is None:
+        raise ServiceError("mvn not found (apt-get install maven)")
+    say(f"downloading the JMX exporter {JMX_EXPORTER_VERSION} with Maven into {JMX_EXPORTER_HOME}")
+    JMX_EXPORTER_HOME.mkdir(parents=True, exist_ok=True)
+    pom = JMX_EXPORTER_HOME / "pom.xml"
+    pom.write_text(
+        toolkit.render_pom(
+            "jmx-exporter",
+            JMX_EXPORTER_VERSION,
+            "Written by tools/services.py: the Prometheus JMX exporter javaagent.",
+            [("io.prometheus.jmx", "jmx_prometheus_javaagent", JMX_EXPORTER_VERSION)],
+        )
+    )
+    staging = JMX_EXPORTER_HOME / "jars.tmp"
+    toolkit.copy_dependencies(mvn, pom, staging, timeout=BUILD_TIMEOUT, error=ServiceError)
+    found = staging / JMX_EXPORTER_JAR.name
+    if not found.exists():
+        raise ServiceError(f"Maven finished but {staging} lacks {JMX_EXPORTER_JAR.name}")
+    found.rename(JMX_EXPORTER_JAR)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def jmx_agent(port: int, config: str) -> str:
+    """The JVM flag that serves the JVM's MBeans, as ``config`` names them, on 127.0.0.1:``port``."""
+    return f"-javaagent:{JMX_EXPORTER_JAR}={HOST}:{port}:{JMX_EXPORTER_CONFIGS / config}"
+
+
 def _ferretdb_marker() -> Path:
     return BIN_DIR / "ferretdb.version"
 
@@ -524,6 +576,7 @@ def install() -> None:
     if ferretdb_handler() == "pg" and not list(Path("/usr/lib/postgresql").glob("*/bin/postgres")):
         install_apt(["postgresql"])
     install_kafka()
+    install_jmx_exporter()
     install_ferretdb()
 
 
@@ -595,6 +648,7 @@ def _zookeeper_argv(ports: Ports) -> list[str]:
         _java(),
         "-Xmx256m",
         "-Djava.awt.headless=true",
+        jmx_agent(ZOOKEEPER_METRICS_PORT, "zookeeper-jmx-exporter.yml"),
         f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
         f"-Dzookeeper.log.dir={ZOOKEEPER.dir}",
         "-cp",
@@ -615,6 +669,7 @@ def _kafka_argv(ports: Ports) -> list[str]:
         "-Xms128m",
         "-XX:+UseG1GC",
         "-Djava.awt.headless=true",
+        jmx_agent(KAFKA_METRICS_PORT, "kafka-jmx-exporter.yml"),
         f"-Dlog4j.configuration=file:{conf / 'log4j.properties'}",
         f"-Dkafka.logs.dir={KAFKA.dir}",
         "-cp",
@@ -1185,8 +1240,9 @@ def start_cluster(
             check_haproxy_cfg(staged)
             _terminate("haproxy", HAPROXY_PID, str(HAPROXY_CFG), 10)
             os.replace(staged, HAPROXY_CFG)
-            if _port_open(CLUSTER_PORT):
-                raise ServiceError(f"haproxy: port {HOST}:{CLUSTER_PORT} is taken by a process this tool did not start")
+            for port in (CLUSTER_PORT, HAPROXY_PROMETHEUS_PORT):
+                if _port_open(port):
+                    raise ServiceError(f"haproxy: port {HOST}:{port} is taken by a process this tool did not start")
             HAPROXY_SOCKET.unlink(missing_ok=True)
             with HAPROXY_LOG.open("ab") as out:
                 out.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} started by tools/services.py\n".encode())

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import require_backend
 from tests.helpers import b64, drop_database, load_services_tool, unique
@@ -114,6 +115,35 @@ def test_requests_are_spread_round_robin_over_the_nodes(cluster: Any, client: Cl
         metrics = client.ok("GET", "/v1/metrics")["metrics"]
     listed = {m["resource_name"] for m in metrics if m["metric"] == "ams_node.cpu_usage"}
     assert expected <= listed, listed
+
+
+# ------------------------------------------------------------------ haproxy's Prometheus page ---
+def test_haproxy_exporter_reports_the_process_the_backend_and_every_node(cluster: Any, client: Client) -> None:
+    """haproxy's built-in exporter (the frontend ams_https_prometheus, as the haproxy role writes it)
+    answers a scrape with the process, the AMS backend and one UP series per node."""
+    client.ok("GET", "/v1/status")  # a request through ams_https, answered by a node of ams_nodes
+    r = requests.get(f"http://{services.HOST}:{services.HAPROXY_PROMETHEUS_PORT}/metrics", timeout=10)
+    assert r.status_code == 200, r.text[:500]
+    assert r.headers["Content-Type"].startswith("text/plain"), r.headers
+    samples = [s for family in text_string_to_metric_families(r.text) for s in family.samples]
+
+    def values(name: str, **labels: str) -> dict[str, float]:
+        """{server or proxy: value} of the samples of ``name`` that carry ``labels``."""
+        return {
+            s.labels.get("server", s.labels.get("proxy", "")): s.value
+            for s in samples
+            if s.name == name and labels.items() <= s.labels.items()
+        }
+
+    started = values("haproxy_process_start_time_seconds")
+    assert list(started) == [""], started  # the process: no labels
+    assert 0 < started[""] <= time.time(), started
+    nodes = {f"node{n}": 1.0 for n in range(1, NODES + 1)}
+    # haproxy 2.6 names the state in a label: one series per node and state, 1 for the current one
+    assert values("haproxy_server_status", proxy="ams_nodes", state="UP") == nodes
+    assert values("haproxy_backend_status", proxy="ams_nodes", state="UP") == {"ams_nodes": 1.0}
+    assert values("haproxy_backend_active_servers", proxy="ams_nodes") == {"ams_nodes": float(NODES)}
+    assert values("haproxy_backend_http_responses_total", proxy="ams_nodes", code="2xx")["ams_nodes"] >= 1
 
 
 # ------------------------------------------------------------------- many consumers, one sub ---

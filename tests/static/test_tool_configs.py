@@ -124,6 +124,7 @@ HAPROXY_SECTIONS = [
     "backend ams_nodes",
     "backend ams_nodes_by_subscription",
     "backend ams_nodes_alive",
+    "frontend ams_https_prometheus",  # haproxy's built-in Prometheus exporter (a scrape, not logged)
 ]
 
 

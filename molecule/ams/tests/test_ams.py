@@ -273,7 +273,7 @@ def test_metrics_timer_writes_the_published_counts(host, api):
     topic = unique("mt")
     api.call("PUT", f"/projects/{PROJECT}/topics/{topic}")
     api.call("POST", f"/projects/{PROJECT}/topics/{topic}:publish", {"messages": [{"data": b64("m")}] * 3})
-    expected = f'ams_topic_messages_total{{project="{PROJECT}",topic="{topic}"}} 3'
+    expected = f'ams_topic_messages_total{{project="{PROJECT}",topic="{topic}"}} 3.0'  # prometheus-client's float
     prom = "/var/lib/ams/metrics/ams.prom"
     wait_until(lambda: expected in host.file(prom).content_string, f"{expected} in {prom}")
     assert host.file(prom).user == "ams"
@@ -353,3 +353,82 @@ def test_jobs_report_and_archive_the_appliance_traffic(host, api):
     assert parts, f"no Parquet under {archive}"
     assert {host.file(p).user for p in parts} == {"spark"}
     assert host.file(f"{SPARK_DATA}/ams/usage_report/topics/day={today}/_SUCCESS").exists
+
+
+# ---------------------------------------------------------------------- monitoring -------------
+# Prometheus and Alertmanager of playbooks/monitoring.yml (roles/prometheus, docs/monitoring.md),
+# scraping this host: every target up, and the AmsNodeDown alert on a real outage. Last in the file:
+# the outage stops the API for over a minute.
+PROMETHEUS = "http://" + VARS["prometheus_web_listen_address"]
+ALERTMANAGER = "http://" + VARS["prometheus_alertmanager_web_listen_address"]
+JOBS = {"ams", "ams_push_worker", "haproxy", "kafka", "zookeeper", "node", "prometheus", "alertmanager"}
+
+
+def prometheus(path: str, **params: str) -> Any:
+    r = requests.get(f"{PROMETHEUS}/api/v1/{path}", params=params, timeout=10)
+    assert r.status_code == 200, r.text
+    return r.json()["data"]
+
+
+def target_health() -> dict[str, str]:
+    return {t["labels"]["job"]: t["health"] for t in prometheus("targets")["activeTargets"]}
+
+
+def firing(alert: str) -> bool:
+    return any(a["labels"]["alertname"] == alert and a["state"] == "firing" for a in prometheus("alerts")["alerts"])
+
+
+def answers(url: str) -> bool:
+    try:
+        return requests.get(url, timeout=5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def at_alertmanager(alert: str) -> bool:
+    r = requests.get(f"{ALERTMANAGER}/api/v2/alerts", params={"filter": f'alertname="{alert}"'}, timeout=10)
+    assert r.status_code == 200, r.text
+    return any(a["status"]["state"] == "active" for a in r.json())
+
+
+@pytest.mark.parametrize("unit", ["prometheus", "prometheus-alertmanager", "prometheus-node-exporter"])
+def test_monitoring_daemons_run(host, unit):
+    assert host.service(unit).is_running
+    assert host.service(unit).is_enabled
+
+
+def test_prometheus_scrapes_every_target_up():
+    health = wait_until(
+        lambda: (h := target_health()) and set(h) == JOBS and set(h.values()) == {"up"} and h,
+        f"every job of {sorted(JOBS)} up",
+    )
+    assert set(health) == JOBS
+    # the figures the alerts use are there: the AMS pages through the token, Kafka's through the agent
+    for query in (
+        'ams_http_request_duration_seconds_count{job="ams"}',
+        'kafka_controller_kafkacontroller_activecontrollercount{job="kafka"}',
+        'ams_build_info{job="ams_push_worker"}',
+        'haproxy_process_start_time_seconds{job="haproxy"}',
+    ):
+        assert prometheus("query", query=query)["result"], query
+
+
+def test_the_alert_rules_are_loaded_and_the_appliance_is_quiet():
+    rules = {r["name"] for g in prometheus("rules")["groups"] for r in g["rules"]}
+    assert {"AmsNodeDown", "KafkaUnderReplicatedPartitions", "ZookeeperQuorumLost", "HostDiskFilling"} <= rules
+    assert not firing("AmsNodeDown")
+    assert not firing("KafkaNoActiveController")
+
+
+def test_an_ams_node_down_fires_an_alert_that_resolves_when_it_is_back(host):
+    stopped = host.run("systemctl stop ams")
+    assert stopped.rc == 0, stopped.stderr
+    try:
+        # for: 1m in the rule, scrapes and evaluations every 5 s
+        wait_until(lambda: firing("AmsNodeDown"), "AmsNodeDown firing in Prometheus", timeout=180)
+        wait_until(lambda: at_alertmanager("AmsNodeDown"), "AmsNodeDown active in Alertmanager", timeout=60)
+    finally:
+        started = host.run("systemctl start ams")
+        assert started.rc == 0, started.stderr
+    wait_until(lambda: answers(f"{NODE}/status"), "the node answers again")
+    wait_until(lambda: not firing("AmsNodeDown"), "AmsNodeDown resolved", timeout=120)

@@ -30,6 +30,7 @@ CONTAINER = "ams-haproxy"
 
 FRONTEND = f"https://127.0.0.1:{VARS['haproxy_frontend_port']}"
 STATS = f"http://127.0.0.1:{VARS['haproxy_stats_port']}/"
+METRICS = f"http://127.0.0.1:{VARS['haproxy_prometheus_port']}/metrics"
 AMS_PORT = VARS["ams_bind_port"]
 TOKEN = VARS["ams_service_token"]
 BACKEND = "ams_nodes"
@@ -112,6 +113,7 @@ def test_haproxy_is_running_and_enabled(host):
     [
         f"tcp://127.0.0.1:{VARS['haproxy_frontend_port']}",
         f"tcp://127.0.0.1:{VARS['haproxy_stats_port']}",
+        f"tcp://127.0.0.1:{VARS['haproxy_prometheus_port']}",
         f"tcp://127.0.0.1:{AMS_PORT}",
     ],
 )
@@ -226,6 +228,16 @@ def test_backend_server_is_up_on_the_stats_socket(host):
     # the live-nodes fallback checks the same node for being alive only (haproxy_liveness_check_path)
     alive = wait_for_status_in(host, ALIVE, "UP")
     assert (alive["status"], alive["check_status"], alive["slim"]) == ("UP", "L7OK", row["slim"]), alive
+
+
+def test_prometheus_exporter_reports_the_server(host):
+    # haproxy's built-in exporter, without a password; haproxy 2.6 names the state in a label
+    assert wait_for_status(host, "UP")["status"] == "UP"
+    page = requests.get(METRICS, timeout=10)
+    assert page.status_code == 200, page.text[:500]
+    assert page.headers["Content-Type"].startswith("text/plain")
+    assert "\nhaproxy_process_start_time_seconds " in page.text
+    assert f'haproxy_server_status{{proxy="{BACKEND}",server="{SERVER}",state="UP"}} ' in page.text
 
 
 def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
