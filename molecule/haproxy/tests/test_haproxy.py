@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 SCENARIO = Path(__file__).resolve().parents[1]
 PROJECT = SCENARIO.parents[1]
@@ -236,8 +237,14 @@ def test_prometheus_exporter_reports_the_server(host):
     page = requests.get(METRICS, timeout=10)
     assert page.status_code == 200, page.text[:500]
     assert page.headers["Content-Type"].startswith("text/plain")
-    assert "\nhaproxy_process_start_time_seconds " in page.text
-    assert f'haproxy_server_status{{proxy="{BACKEND}",server="{SERVER}",state="UP"}} ' in page.text
+    samples = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(page.text)
+        for s in family.samples
+    }
+    assert ("haproxy_process_start_time_seconds", frozenset()) in samples
+    up = frozenset({"proxy": BACKEND, "server": SERVER, "state": "UP"}.items())
+    assert samples[("haproxy_server_status", up)] == 1
 
 
 def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
