@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import re
 import threading
 import time
 import uuid
@@ -18,7 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import require_backend
-from tests.helpers import b64, drop_database, load_services_tool, unique
+from tests.helpers import b64, drop_database, load_services_tool, prometheus_samples, unique
 
 pytestmark = pytest.mark.slow
 
@@ -84,12 +83,18 @@ def project(client: Client) -> Iterator[str]:
 
 
 def serving_node(client: Client) -> str:
-    """The name of the node that answered: the Prometheus text carries it as a label."""
+    """The name of the node that answered: its Prometheus page names it (``ams_build_info``)."""
     r = client.request("GET", "/metrics", timeout=10)
     assert r.status_code == 200, r.text
-    match = re.search(r'^ams_node_cpu_percent\{node="([^"]+)"\}', r.text, re.MULTILINE)
-    assert match, r.text[:500]
-    return match.group(1)
+    names = [
+        name
+        for (metric, labels) in prometheus_samples(r.text)
+        if metric == "ams_build_info"
+        for key, name in labels
+        if key == "node_name"
+    ]
+    assert len(names) == 1, r.text[:500]
+    return names[0]
 
 
 def node_log_tail(info: Any, lines: int = 30) -> str:
