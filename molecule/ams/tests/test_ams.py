@@ -314,6 +314,7 @@ def test_ams_spark_job_refuses_other_users_and_unknown_jobs(host):
     assert "run it as spark or as root" in other.stderr
 
 
+@pytest.mark.timeout(900)  # two Spark jobs on a container that shares two cores with the multi-host scenario
 def test_jobs_report_and_archive_the_appliance_traffic(host, api):
     """usage_report (by hand, for today) and archive (through its unit, as the timer starts it) on the
     appliance's own Spark cluster, Kafka and metadata store: exactly the published messages."""
@@ -424,7 +425,7 @@ def test_an_ams_node_down_fires_an_alert_that_resolves_when_it_is_back(host):
     stopped = host.run("systemctl stop ams")
     assert stopped.rc == 0, stopped.stderr
     try:
-        # for: 1m in the rule, scrapes and evaluations every 5 s
+        # for: 1m in the rule, scrapes and evaluations every 10 s
         wait_until(lambda: firing("AmsNodeDown"), "AmsNodeDown firing in Prometheus", timeout=180)
         wait_until(lambda: at_alertmanager("AmsNodeDown"), "AmsNodeDown active in Alertmanager", timeout=60)
     finally:
