@@ -426,7 +426,7 @@ def missing_apt_packages(wanted: Mapping[str, str] | None = None) -> list[str]:
     missing = [pkg for pkg, probe in wanted.items() if not _present(probe)]
     if _which("java") is None:
         missing.append("default-jre-headless")
-    if _which("mvn") is None and not _kafka_installed():
+    if _which("mvn") is None and not (_kafka_installed() and JMX_EXPORTER_JAR.exists()):
         missing.append("maven")
     return missing
 
@@ -471,9 +471,7 @@ def install_kafka() -> None:
     """The broker's jars (and a log4j binding) from Maven Central into .cache/kafka-VERSION/lib."""
     if _kafka_installed():
         return
-    mvn = _which("mvn")
-    if mvn is None:
-        raise ServiceError("mvn not found (apt-get install maven)")
+    mvn = _mvn()
     say(f"downloading Kafka {KAFKA_VERSION} jars with Maven into {KAFKA_LIB}")
     KAFKA_HOME.mkdir(parents=True, exist_ok=True)
     (KAFKA_HOME / "pom.xml").write_text(render_pom())
@@ -486,13 +484,18 @@ def install_kafka() -> None:
     _kafka_marker().write_text(render_pom())
 
 
+def _mvn() -> str:
+    mvn = _which("mvn")
+    if mvn is None:
+        raise ServiceError("mvn not found (apt-get install maven)")
+    return mvn
+
+
 def install_jmx_exporter() -> None:
     """The JMX exporter's javaagent jar from Maven Central into .cache/jmx-exporter-VERSION."""
     if JMX_EXPORTER_JAR.exists():
         return
-    mvn = _which("mvn")
-    if mvn is None:
-        raise ServiceError("mvn not found (apt-get install maven)")
+    mvn = _mvn()
     say(f"downloading the JMX exporter {JMX_EXPORTER_VERSION} with Maven into {JMX_EXPORTER_HOME}")
     JMX_EXPORTER_HOME.mkdir(parents=True, exist_ok=True)
     pom = JMX_EXPORTER_HOME / "pom.xml"
