@@ -9,7 +9,7 @@ There is no image registry on this machine, so the image is made here: ``deboots
 with systemd, python3 (and python3-apt for Ansible's apt module) and a JRE, units that make no sense in
 a container masked, then ``tar | podman import`` with ``/sbin/init`` as the command. ``build`` is
 skipped while an image with the same inputs exists: the inputs (suite, variant, package list, masked
-units, image config, ``IMAGE_VERSION``) are hashed into the image label ``INPUTS_LABEL``. See docs/ansible.md.
+and disabled units, image config, ``IMAGE_VERSION``) are hashed into the image label ``INPUTS_LABEL``. See docs/ansible.md.
 """
 
 from __future__ import annotations
@@ -56,11 +56,19 @@ PACKAGES: tuple[str, ...] = (
     "haproxy",
     "socat",  # haproxy: the role's server_state talks to the stats socket
     "openssl",  # haproxy: the stats password hash
+    "prometheus",  # prometheus: the monitoring host (promtool with it)
+    "prometheus-alertmanager",  # prometheus: the monitoring host
+    "prometheus-node-exporter",  # prometheus: node exporter on every host
 )
 #: Services the baked-in packages enable at install, off in the image: the role that needs one
 #: configures it, then enables and starts it (haproxy would run Debian's sample configuration on
 #: every host).
-DISABLED_UNITS: tuple[str, ...] = ("haproxy.service",)
+DISABLED_UNITS: tuple[str, ...] = (
+    "haproxy.service",
+    "prometheus.service",
+    "prometheus-alertmanager.service",
+    "prometheus-node-exporter.service",
+)
 #: Units that cannot work (no consoles, no udev, no kernel modules) or that would race a converge
 #: for the dpkg lock (the apt timers): linked to /dev/null.
 MASKED_UNITS: tuple[str, ...] = (
@@ -252,6 +260,7 @@ def inputs_digest(
     variant: str = VARIANT,
     packages: Sequence[str] = PACKAGES,
     masked: Sequence[str] = MASKED_UNITS,
+    disabled: Sequence[str] = DISABLED_UNITS,
     changes: Sequence[str] = IMAGE_CHANGES,
 ) -> str:
     """A short hash of everything that decides the image's content (not the mirror it came from)."""
@@ -262,6 +271,7 @@ def inputs_digest(
             "variant": variant,
             "packages": sorted(packages),
             "masked": sorted(masked),
+            "disabled": sorted(disabled),
             "changes": list(changes),
         },
         sort_keys=True,
