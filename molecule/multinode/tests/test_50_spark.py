@@ -9,6 +9,9 @@ live counters), so the test makes yesterday's traffic: a short-lived extra AMS p
 Python clock runs a day behind publishes it (the node stamps each Kafka record with its own publish
 time) and is SIGKILLed before it flushes its usage counters. Through haproxy, yesterday then has no
 live count; after `usage_report --day <yesterday>` it has exactly the job's figure.
+
+The jobs' plumbing on the master (timers, the private store URI, the wrapper's refusals) is checked
+here too: this scenario is the only one that runs the spark role (docs/ansible.md).
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ from typing import Any
 import pytest
 import requests
 from multinode import ADDRESS, GROUPS, PROJECT, Api, host, report, unique, wait_until
+from pymongo import MongoClient
 
 MASTER = GROUPS["spark_master"][0]
+MONGO = GROUPS["mongodb"][0]
+DATABASE = "argo_msg"  # ams_database of the production group_vars
+OUTPUT = "/srv/ams-data"  # spark_jobs_output_dir of the production group_vars
+JOB_TIMERS = ["ams-spark-usage-report.timer", "ams-spark-archive.timer"]
 WORKERS = GROUPS["spark_worker"]
 SHIFTED_NODE = GROUPS["ams"][0]
 SHIFTED_PORT = 18080
@@ -51,6 +59,35 @@ def test_both_workers_are_registered_with_the_master():
 
     workers = wait_until(lambda: len(alive()) == len(WORKERS) and alive(), "both workers ALIVE in the master")
     assert sorted(w["host"] for w in workers) == sorted(WORKERS)
+
+
+@pytest.mark.parametrize("timer", JOB_TIMERS)
+def test_the_job_timers_are_active_and_enabled_on_the_master(timer):
+    master = host(MASTER)
+    assert master.run(f"systemctl is-enabled {timer}").stdout.strip() == "enabled"
+    assert master.run(f"systemctl is-active {timer}").stdout.strip() == "active"
+    assert master.run(f"systemctl show -p NextElapseUSecRealtime --value {timer}").stdout.strip()
+    for worker in WORKERS:  # the jobs are the master's alone
+        assert host(worker).run(f"systemctl cat {timer}").rc != 0
+
+
+def test_the_jobs_store_uri_stays_private():
+    master = host(MASTER)
+    env = master.file("/etc/spark/ams-jobs.env")
+    assert (env.user, env.group, env.mode) == ("root", "spark", 0o640)
+    assert f"mongodb://{MONGO}:27017/" in env.content_string
+    # the command line carries no URI: the jobs read it from the environment
+    assert "mongodb://" not in master.file("/usr/local/bin/ams-spark-job").content_string
+    assert "mongodb://" not in master.run("systemctl cat ams-spark-job@.service").stdout
+
+
+def test_ams_spark_job_refuses_other_users_and_unknown_jobs():
+    master = host(MASTER)
+    assert master.run("ams-spark-job").rc == 2
+    assert master.run("ams-spark-job no_such_job").rc == 2
+    other = master.run("runuser -u nobody -- /usr/local/bin/ams-spark-job archive")
+    assert other.rc == 2
+    assert "run it as spark or as root" in other.stderr
 
 
 def topic_daily(api: Api, topic: str, day: str) -> int:
@@ -99,6 +136,7 @@ def test_jobs_run_on_both_workers_and_their_figures_reach_the_api(api):
     if archive_run.rc != 0:
         print(master.run("journalctl -u ams-spark-job@archive.service --no-pager -n 80").stdout)
     assert archive_run.rc == 0
+    assert master.run("systemctl show -p Result --value ams-spark-job@archive.service").stdout.strip() == "success"
 
     # the job's figure, through haproxy
     assert topic_daily(api, topic, yesterday) == 7
@@ -120,8 +158,21 @@ def test_jobs_run_on_both_workers_and_their_figures_reach_the_api(api):
         assert {a["id"] for a in apps} <= app_ids, (worker, app_ids)
 
     # the archive's Parquet files, written by the executors on the shared directory
-    root = f"/srv/ams-data/archive/project={PROJECT}/topic={topic}/date={yesterday}"
+    root = f"{OUTPUT}/archive/project={PROJECT}/topic={topic}/date={yesterday}"
     for spark_host in [MASTER, *WORKERS]:
         parts = host(spark_host).run(f"find {root} -name '*.parquet'").stdout.split()
         assert parts, f"no Parquet under {root} as {spark_host} sees it"
+        assert {host(spark_host).file(p).user for p in parts} == {"spark"}
+    assert master.file(f"{OUTPUT}/usage_report/topics/day={yesterday}/_SUCCESS").exists
+    # the archive's progress in the store: the topic's seven records, offsets 0 to 6
+    store = f"mongodb://{ADDRESS[MONGO]}:27017/"
+    client: MongoClient[dict[str, Any]] = MongoClient(store, serverSelectionTimeoutMS=10000)
+    try:
+        project = client[DATABASE]["projects"].find_one({"name": PROJECT})
+        assert project is not None
+        state = client[DATABASE]["archive_offsets"].find_one({"project_uuid": project["uuid"], "topic": topic})
+        assert state is not None
+        assert state["offset"] == 6
+    finally:
+        client.close()
     report("spark_jobs", {"usage_report_day": yesterday, "messages": 7, "executors_on": WORKERS})
