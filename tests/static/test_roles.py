@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -174,6 +175,40 @@ def test_production_inventory_computes_the_topology() -> None:
         "10.0.0.21:9092,10.0.0.22:9092,10.0.0.23:9092"
     )
     assert _templated(inventory, "spark1.example.org", "spark_jobs_enabled", vault) is True
+
+
+def test_production_inventory_wires_the_monitoring_host(tmp_path: Path) -> None:
+    """With a monitoring group, the brokers and ZooKeeper servers load the JMX exporter agent that
+    playbooks/monitoring_agents.yml installs, on the ports the prometheus role scrapes; haproxy's
+    exporter and the push workers' pages listen where the monitoring host reaches them. Without the
+    group (the same group_vars, the group removed), the JVMs get no agent."""
+    inventory = "inventories/production/hosts.yml"
+    vault = ["-e", "@inventories/production/group_vars/all/vault.yml.example"]
+    agents = _templated(inventory, "kafka1.example.org", "(kafka_java_agents + zookeeper_java_agents)", vault)
+    assert agents == [
+        "/opt/prometheus-jmx-exporter/jmx_prometheus_javaagent.jar=7071:/etc/prometheus-jmx-exporter/kafka.yml",
+        "/opt/prometheus-jmx-exporter/jmx_prometheus_javaagent.jar=7000:/etc/prometheus-jmx-exporter/zookeeper.yml",
+    ]
+    role_defaults = yaml.safe_load((ROOT / "roles" / "prometheus" / "defaults" / "main.yml").read_text())
+    ports = (role_defaults["prometheus_kafka_jmx_exporter_port"], role_defaults["prometheus_zookeeper_metrics_port"])
+    assert ports == (7071, 7000)
+    assert _templated(inventory, "lb1.example.org", "haproxy_prometheus_address", vault) == "10.0.0.10"
+    assert _templated(inventory, "ams1.example.org", "ams_push_worker_metrics_port", vault) == 9108
+    mon = "mon1.example.org"
+    assert _templated(inventory, mon, "prometheus_push_worker_port", vault) == 9108
+    assert _templated(inventory, mon, "prometheus_ams_token", vault) == "CHANGE-ME-a-metrics_viewer-token"
+    jar = _templated(inventory, "kafka1.example.org", "prometheus_jmx_exporter_jar_src", vault)
+    assert jar.endswith("/.cache/artifacts/jmx-exporter/jmx_prometheus_javaagent-1.0.1.jar")
+
+    without = tmp_path / "production"
+    shutil.copytree(ROOT / "inventories" / "production", without, symlinks=True)
+    hosts = yaml.safe_load((without / "hosts.yml").read_text())
+    del hosts["all"]["children"]["monitoring"]
+    (without / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    bare = _templated(
+        str(without / "hosts.yml"), "kafka1.example.org", "(kafka_java_agents + zookeeper_java_agents)", vault
+    )
+    assert bare == []
 
 
 def test_multinode_inventory_passes_authn_through_to_every_node() -> None:
