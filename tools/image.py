@@ -9,7 +9,8 @@ There is no image registry on this machine, so the image is made here: ``deboots
 with systemd, python3 (and python3-apt for Ansible's apt module) and a JRE, units that make no sense in
 a container masked, then ``tar | podman import`` with ``/sbin/init`` as the command. ``build`` is
 skipped while an image with the same inputs exists: the inputs (suite, variant, package list, masked
-and disabled units, image config, ``IMAGE_VERSION``) are hashed into the image label ``INPUTS_LABEL``. See docs/ansible.md.
+and disabled units, image config, ``IMAGE_VERSION``) are hashed into the image label
+``INPUTS_LABEL``. See docs/ansible.md.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -29,7 +30,9 @@ BASE_CONFIG = ROOT / ".config" / "molecule" / "config.yml"
 VENV_BIN = Path(sys.executable).parent
 TAIL_LINES = 80
 #: A scenario that runs longer than this is stopped and counts as failed.
-SCENARIO_TIMEOUT = 40 * 60
+SCENARIO_TIMEOUT = 50 * 60
+#: How long the destroy of a scenario stopped at that limit may take.
+DESTROY_TIMEOUT = 10 * 60
 
 
 def say(message: str) -> None:
@@ -101,14 +104,34 @@ def _run(name: str) -> tuple[str, bool, float]:
     started = time.monotonic()
     say(f"{name}: started (log: {log.relative_to(ROOT)})")
     with log.open("w") as out:
-        try:
-            done = subprocess.run(
-                argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=SCENARIO_TIMEOUT
-            )
-            ok = done.returncode == 0
-        except subprocess.TimeoutExpired:
-            out.write(f"\nmolecule_run: stopped after {SCENARIO_TIMEOUT}s\n")
-            ok = False
+        ok, stopped = False, False
+        # a session of its own: a scenario stopped at the limit takes its ansible-playbook and pytest along
+        with subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        ) as scenario:
+            try:
+                ok = scenario.wait(timeout=SCENARIO_TIMEOUT) == 0
+            except subprocess.TimeoutExpired:
+                os.killpg(scenario.pid, signal.SIGKILL)
+                scenario.wait()
+                stopped = True
+        if stopped:
+            # what the stopped run would have destroyed last: no container or network left behind
+            out.write(f"\nmolecule_run: stopped after {SCENARIO_TIMEOUT}s; destroying its hosts\n")
+            out.flush()
+            destroy = [str(VENV_BIN / "molecule"), "--base-config", str(BASE_CONFIG), "destroy", "-s", name]
+            try:
+                subprocess.run(
+                    destroy,
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    timeout=DESTROY_TIMEOUT,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                out.write(f"\nmolecule_run: its destroy stopped after {DESTROY_TIMEOUT}s\n")
     elapsed = time.monotonic() - started
     if ok:
         say(f"{name}: passed in {elapsed:.0f}s")
