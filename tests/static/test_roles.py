@@ -294,3 +294,51 @@ def test_ams_preflight_accepts_the_test_inventory_values(tmp_path: Path) -> None
     playbook.write_text(yaml.safe_dump([{"name": "Preflight only", "hosts": "localhost", "tasks": [task]}]))
     done = _run(_local_playbook(playbook))
     assert done.returncode == 0, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("families", "refused"),
+    [
+        (["NoSuchFamily"], "The demo role supports NoSuchFamily;"),
+        # whatever family this machine is of (the project builds on Debian)
+        (["Debian", "RedHat", "Suse", "Archlinux", "Alpine", "Darwin"], None),
+    ],
+)
+def test_the_common_platform_check(tmp_path: Path, families: list[str], refused: str | None) -> None:
+    """roles/common, as every role imports it: an unsupported OS family is refused with a message
+    naming the role and the system; the host's own family passes, and the facts the roles read
+    later are gathered. Without the systemd condition: this machine need not run systemd (the
+    Molecule scenarios check the roles with it)."""
+    local = ["-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"]
+    play = {
+        "name": "The platform check alone",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "tasks": [
+            {
+                "name": "Import roles/common",
+                "ansible.builtin.import_role": {"name": "common"},
+                "vars": {
+                    "common_role": "demo",
+                    "common_supported_os_families": families,
+                    "common_require_systemd": False,
+                },
+            },
+            {
+                "name": "Show the facts the roles read",
+                "ansible.builtin.debug": {
+                    "msg": "release={{ ansible_facts['distribution_release'] }} "
+                    "python={{ ansible_facts['python'] is defined }}"
+                },
+            },
+        ],
+    }
+    playbook = tmp_path / "platform.yml"
+    playbook.write_text(yaml.safe_dump([play]))
+    done = _run([_tool("ansible-playbook"), *local, str(playbook)])
+    if refused is not None:
+        assert done.returncode != 0
+        assert refused in done.stdout, done.stdout[-3000:]
+    else:
+        assert done.returncode == 0, done.stdout[-3000:]
+        assert "python=True" in done.stdout
