@@ -12,6 +12,7 @@ import base64
 import collections
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -123,18 +124,34 @@ def running(name: str) -> bool:
     return podman("inspect", "--format", "{{.State.Running}}", name).stdout.strip() == "true"
 
 
-def run_playbook(inventory: Path, playbook: Path, *extra_vars: str, timeout: float = 1500) -> float:
-    """Run a playbook of the project as an operator would (the project's ansible.cfg, a fork per
-    host), each of ``extra_vars`` given with -e; its duration. Fails with the end of its output."""
+def _playbooks(
+    inventory: Path, playbooks: list[Path], extra_vars: tuple[str, ...], timeout: float
+) -> tuple[float, str]:
     command = shutil.which("ansible-playbook") or str(ROOT / ".venv" / "bin" / "ansible-playbook")
-    env = os.environ | {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORKS": "12"}
-    argv = [command, "-i", str(inventory), str(playbook)]
-    for extra in extra_vars:
-        argv += ["-e", extra]
+    env = os.environ | {"ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_FORKS": str(len(ADDRESS))}
+    argv = [command, "-i", str(inventory), *map(str, playbooks)]
+    for value in extra_vars:
+        argv += ["-e", value]
     started = time.monotonic()
     run = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
-    return time.monotonic() - started
+    return time.monotonic() - started, run.stdout
+
+
+def run_playbook(inventory: Path, playbook: Path, *extra_vars: str, timeout: float = 1500) -> float:
+    """Run a playbook of the project as an operator would (the project's ansible.cfg, a fork per
+    host), each of ``extra_vars`` given with -e; its duration. Fails with the end of its output."""
+    return _playbooks(inventory, [playbook], extra_vars, timeout)[0]
+
+
+def changes_of(inventory: Path, *playbooks: Path, timeout: float = 1500) -> tuple[float, dict[str, int], str]:
+    """Run ``playbooks`` in one ansible-playbook, as run_playbook does: its duration, the tasks each
+    host reported changed (the PLAY RECAP) and the output."""
+    took, output = _playbooks(inventory, list(playbooks), (), timeout)
+    changed = {
+        m.group(1): int(m.group(2)) for m in re.finditer(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", output, re.MULTILINE)
+    }
+    return took, changed, output
 
 
 # ---------------------------------------------------------------------- ZooKeeper, Kafka ------

@@ -1,0 +1,25 @@
+"""Run again, the plays that only this scenario runs change nothing: the Spark cluster (playbooks/spark.yml,
+the java and spark roles on a master and two workers) and the monitoring (playbooks/monitoring_agents.yml
+on every host, playbooks/monitoring.yml on mon1).
+
+This scenario has no Molecule `idempotence` step: on twelve hosts sharing two cores, site.yml run
+again took over 7 minutes, most of it the ZooKeeper, Kafka, MongoDB, AMS and haproxy plays, whose
+idempotence the `ams` scenario checks on the same playbook (site.yml on one host, docs/ansible.md).
+First in the verify, before any test changes a host.
+"""
+
+from __future__ import annotations
+
+from multinode import GROUPS, INVENTORY, ROOT, changes_of, report
+
+PLAYBOOKS = ROOT / "playbooks"
+
+
+def test_the_spark_and_monitoring_plays_change_nothing_when_run_again():
+    names = ["monitoring_agents.yml", "spark.yml", "monitoring.yml"]
+    took, changed, output = changes_of(INVENTORY, *(PLAYBOOKS / name for name in names))
+    every_host = {h for hosts in GROUPS.values() for h in hosts}
+    # every host ran something (node exporter at least): the recap names them all
+    assert set(changed) == every_host, (sorted(changed), output[-3000:])
+    assert {h: n for h, n in changed.items() if n} == {}, output[-6000:]
+    report("idempotence", {"playbooks": names, "seconds": round(took)})
