@@ -75,7 +75,8 @@ def test_molecule_runs_the_longest_scenarios_first() -> None:
 
 def test_every_role_is_converged_by_a_scenario() -> None:
     """A role has a scenario of its own, or a scenario converges playbooks/site.yml, which applies it
-    (molecule/multinode took over the zookeeper, kafka and spark scenarios: docs/ansible.md)."""
+    or a role that imports it (molecule/multinode took over the zookeeper, kafka and spark
+    scenarios: docs/ansible.md)."""
     roles = {p.name for p in (ROOT / "roles").iterdir() if (p / "tasks" / "main.yml").is_file()}
     scenarios = set(molecule_run.all_scenarios())
     site_scenarios = {
@@ -87,6 +88,13 @@ def test_every_role_is_converged_by_a_scenario() -> None:
         if playbook.name != "ams_upgrade.yml":
             for play in yaml.safe_load(playbook.read_text()) or []:
                 in_site |= {r["role"] if isinstance(r, dict) else r for r in play.get("roles", [])}
+    # a role the others import (roles/common) is converged wherever they are
+    for tasks in (ROOT / "roles").glob("*/tasks/*.yml"):
+        for task in yaml.safe_load(tasks.read_text()) or []:
+            for key in ("ansible.builtin.import_role", "ansible.builtin.include_role"):
+                if isinstance(task, dict) and isinstance(task.get(key), dict) and tasks.parts[-3] in in_site:
+                    in_site.add(task[key]["name"])
+    assert "common" in in_site
     assert roles <= scenarios | in_site, roles - scenarios - in_site
 
 
