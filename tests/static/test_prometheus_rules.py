@@ -278,7 +278,7 @@ def test_the_scrape_targets_come_from_the_inventory_groups(tmp_path: Path) -> No
     assert _targets(jobs["kafka"]) == [(f"10.0.0.2{i}:7071", f"kafka{i}:7071", f"kafka{i}") for i in (1, 2, 3)]
     assert _targets(jobs["zookeeper"]) == [(f"10.0.0.2{i}:7000", f"kafka{i}:7000", f"kafka{i}") for i in (1, 2, 3)]
     node = _targets(jobs["node"])
-    assert [instance for _, instance, _ in node] == [f"{host}:9100" for host in ALL_HOSTS]
+    assert [instance for _, instance, _ in node] == [f"{host}:9100" for host in sorted(ALL_HOSTS)]
     assert ("10.0.0.21:9100", "kafka1:9100", "kafka1") in node
     assert _targets(jobs["prometheus"]) == [("127.0.0.1:9090", "mon1:9090", "mon1")]
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
@@ -311,7 +311,7 @@ def test_the_scrape_jobs_follow_the_variables(tmp_path: Path) -> None:
     assert jobs["ams"]["tls_config"] == {"ca_file": "/etc/prometheus/ams-ca.pem", "insecure_skip_verify": False}
     assert _targets(jobs["haproxy"]) == [("lb1:8405", "lb1:8405", "lb1")]
     assert [instance for _, instance, _ in _targets(jobs["node"])] == [
-        f"{host}:9200" for host in ALL_HOSTS if host != "mongo1"
+        f"{host}:9200" for host in sorted(ALL_HOSTS) if host != "mongo1"
     ]
     assert _targets(jobs["prometheus"]) == [("[::1]:9091", "mon1:9091", "mon1")]
 
@@ -358,3 +358,15 @@ def test_the_daemons_flags() -> None:
         "--web.listen-address=:9100",
         "--collector.textfile.directory=/var/lib/prometheus/node-exporter",
     ]
+
+
+def test_the_config_does_not_depend_on_the_order_of_the_inventory(tmp_path: Path) -> None:
+    """Two inventory sources (Molecule's and the project's) list groups['all'] in another order than
+    one: the same hosts must render the same file, or a second run rewrites it and reloads Prometheus."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first, _ = _prometheus_config(tmp_path / "a")
+    shuffled = {group: list(reversed(hosts)) for group, hosts in GROUPS.items()}
+    groups = {"all": list(reversed(ALL_HOSTS)), "ungrouped": [], **shuffled}
+    second, _ = _prometheus_config(tmp_path / "b", groups=groups)
+    assert first.read_text() == second.read_text()
