@@ -97,10 +97,14 @@ def _load_durations() -> dict[str, float]:
     return {**EXPECTED_SECONDS, **measured}
 
 
+def _molecule(verb: str, name: str) -> list[str]:
+    return [str(VENV_BIN / "molecule"), "--base-config", str(BASE_CONFIG), verb, "-s", name]
+
+
 def _run(name: str) -> tuple[str, bool, float]:
     log = LOGS / f"{name}.log"
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "NO_COLOR": "1"}
-    argv = [str(VENV_BIN / "molecule"), "--base-config", str(BASE_CONFIG), "test", "-s", name]
+    argv = _molecule("test", name)
     started = time.monotonic()
     say(f"{name}: started (log: {log.relative_to(ROOT)})")
     with log.open("w") as out:
@@ -119,7 +123,7 @@ def _run(name: str) -> tuple[str, bool, float]:
             # what the stopped run would have destroyed last: no container or network left behind
             out.write(f"\nmolecule_run: stopped after {SCENARIO_TIMEOUT}s; destroying its hosts\n")
             out.flush()
-            destroy = [str(VENV_BIN / "molecule"), "--base-config", str(BASE_CONFIG), "destroy", "-s", name]
+            destroy = _molecule("destroy", name)
             try:
                 subprocess.run(
                     destroy,

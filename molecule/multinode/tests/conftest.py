@@ -9,13 +9,13 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
-from multinode import GROUPS, host, running, start
+from multinode import EVERY_HOST, GROUPS, host, running, start
 
 
 @pytest.fixture(autouse=True)
 def whole_topology() -> Iterator[None]:
     yield
-    for name in sorted({h for hosts in GROUPS.values() for h in hosts}):
+    for name in EVERY_HOST:
         if not running(name):
             start(name)
     for node in GROUPS["ams"]:

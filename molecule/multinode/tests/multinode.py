@@ -50,6 +50,8 @@ def _groups() -> tuple[dict[str, list[str]], dict[str, str]]:
 
 
 GROUPS, ADDRESS = _groups()
+#: every host of the inventory, sorted (each one has an address)
+EVERY_HOST = sorted(ADDRESS)
 SCENARIO_VARS = yaml.safe_load((SCENARIO / "vars" / "network.yml").read_text())
 TOKEN = yaml.safe_load((INVENTORY / "group_vars" / "all" / "20-vault.yml").read_text())["vault_ams_service_token"]
 CA = ROOT / ".cache" / "artifacts" / "tls" / "ca.pem"

@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 import requests
-from multinode import ADDRESS, AMS_PORT, GROUPS, host, kill, node_url, start, wait_until
+from multinode import ADDRESS, EVERY_HOST, GROUPS, host, kill, node_url, start, wait_until
 
 MONITOR = GROUPS["monitoring"][0]
 PROMETHEUS = f"http://{ADDRESS[MONITOR]}:9090/api/v1"
 ALERTMANAGER = f"http://{ADDRESS[MONITOR]}:9093/api/v2"
-EVERY_HOST = sorted({h for hosts in GROUPS.values() for h in hosts})
 # job -> the inventory hosts it scrapes (group_vars/monitoring.yml: push workers on the AMS nodes)
 EXPECTED = {
     "ams": GROUPS["ams"],
@@ -130,6 +129,6 @@ def test_killing_an_ams_node_fires_an_alert_that_resolves_when_it_is_back():
         assert not any(firing("AmsNodeDown", n) for n in others)
     finally:
         start(VICTIM)
-    wait_until(lambda: answers(f"http://{ADDRESS[VICTIM]}:{AMS_PORT}/v1/status"), f"{VICTIM} answers again", 180)
+    wait_until(lambda: answers(f"{node_url(VICTIM)}/status"), f"{VICTIM} answers again", 180)
     wait_until(lambda: not firing("AmsNodeDown"), "AmsNodeDown resolved", timeout=300, every=5)
     wait_until(lambda: all_up(targets()), "every target up again", timeout=180, every=5)
