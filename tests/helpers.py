@@ -293,6 +293,10 @@ class Api:
     def as_(self, token: str) -> Api:
         return Api(self.base, token, self.transport)
 
+    def close(self) -> None:
+        """Close the session's pooled connections (a thread's own client, before the thread ends)."""
+        self.session.close()
+
     def scrape(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         """The service's Prometheus page (``/metrics``, outside ``/v1``), parsed."""
         r = self.session.get(self.base.rsplit("/v1", 1)[0] + "/metrics", headers={"x-api-key": self.token}, timeout=30)

@@ -53,18 +53,21 @@ def test_sigkill_while_publishing_loses_no_acknowledged_message(make_server: Any
     def publisher(worker: int) -> None:
         session = srv.api()
         batch = 0
-        while not stop.is_set():
-            payloads = [f"w{worker}-b{batch}-m{i}" for i in range(5)]
-            body = {"messages": [{"data": b64(p)} for p in payloads]}
-            try:
-                r = session.post(f"/projects/{project}/topics/t:publish", body, timeout=5)
-            except requests.RequestException:
-                return  # the server died under us: this batch was never acknowledged
-            if r.status_code == 200:
-                with lock:
-                    for mid, payload in zip(r.json()["messageIds"], payloads, strict=True):
-                        acknowledged[int(mid)] = payload
-            batch += 1
+        try:
+            while not stop.is_set():
+                payloads = [f"w{worker}-b{batch}-m{i}" for i in range(5)]
+                body = {"messages": [{"data": b64(p)} for p in payloads]}
+                try:
+                    r = session.post(f"/projects/{project}/topics/t:publish", body, timeout=5)
+                except requests.RequestException:
+                    return  # the server died under us: this batch was never acknowledged
+                if r.status_code == 200:
+                    with lock:
+                        for mid, payload in zip(r.json()["messageIds"], payloads, strict=True):
+                            acknowledged[int(mid)] = payload
+                batch += 1
+        finally:
+            session.close()
 
     workers = [threading.Thread(target=publisher, args=(w,)) for w in range(4)]
     for w in workers:
