@@ -119,7 +119,7 @@ image-check: image
 artifacts: venv
 	$(BIN)/python -m tools.artifacts all
 
-## Molecule (create, converge, idempotence, verify, destroy): `make molecule S=java` for one scenario
+## Molecule (create, converge, idempotence, verify, destroy): `make molecule S=ams` for one scenario
 ## (or S="kafka spark"), without S every scenario under molecule/, MOLECULE_JOBS at a time
 ## (tools/molecule_run.py; logs in .cache/molecule/)
 MOLECULE_JOBS ?= 2

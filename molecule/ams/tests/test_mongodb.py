@@ -1,19 +1,28 @@
-"""Testinfra checks for the mongodb role, ferretdb flavor (run by `molecule verify` in the scenario's container).
+"""Testinfra checks of the mongodb role in the appliance (molecule/ams, inventories/test): the ferretdb
+flavor, the store of the appliance's metadata and offsets.
 
-The container shares the host's network, so the wire-protocol round trip runs from this machine with pymongo.
+The container shares the host's network, so the wire-protocol round trip runs from this machine with
+pymongo. It restarts FerretDB under the running AMS node, which must find the store again (checked
+through haproxy at the end).
 """
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+import requests
+import yaml
 from pymongo import MongoClient
 
+ROOT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+VARS = yaml.safe_load((ROOT / "inventories" / "test" / "group_vars" / "all.yml").read_text())
 SERVICE = "ferretdb"
-ADDRESS = "127.0.0.1"
-PORT = 27027
+ADDRESS = VARS["mongodb_bind_address"]
+PORT = VARS["mongodb_port"]
 VERSION = "v1.24.0"
 USER = "ferretdb"
 BINARY = f"/opt/ferretdb/ferretdb-{VERSION}"
@@ -102,7 +111,7 @@ def test_configuration_is_managed_and_sqlite_without_telemetry(host):
         "FERRETDB_SQLITE_URL=file:/var/lib/ferretdb/",
         f"FERRETDB_LISTEN_ADDR={ADDRESS}:{PORT}",
         "FERRETDB_TELEMETRY=disable",
-        "FERRETDB_DEBUG_ADDR=-",
+        f"FERRETDB_DEBUG_ADDR={VARS['mongodb_ferretdb_debug_addr']}",
     ):
         assert line in env.splitlines()
     unit = host.file("/etc/systemd/system/ferretdb.service").content_string
@@ -136,9 +145,22 @@ def test_round_trip_survives_a_restart(host):
     assert host.file(f"/var/lib/ferretdb/{TEST_DB}.sqlite").exists
 
 
-@pytest.mark.parametrize("path", ["/etc", "/usr", "/usr/local/bin", "/opt"])
-def test_no_collateral_damage(host, path):
-    directory = host.file(path)
+def test_ams_finds_its_store_again_after_the_restart():
+    """After test_round_trip_survives_a_restart: a call that reads the metadata, through haproxy."""
+    api = f"https://127.0.0.1:{VARS['haproxy_frontend_port']}/v1"
+    ca = ROOT / ".cache" / "artifacts" / "tls" / "ca.pem"
+    headers = {"x-api-key": VARS["ams_service_token"]}
+    deadline = time.monotonic() + 60
+    while True:
+        r = requests.get(f"{api}/projects", headers=headers, verify=str(ca), timeout=10)
+        if r.status_code == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert r.status_code == 200, r.text
+    assert "projects" in r.json()
+
+
+def test_no_collateral_damage(host):
+    directory = host.file("/usr/local/bin")
     assert directory.is_directory
-    assert directory.user == "root"
-    assert directory.group == "root"
+    assert (directory.user, directory.group) == ("root", "root")
