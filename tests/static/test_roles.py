@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -342,3 +343,48 @@ def test_the_common_platform_check(tmp_path: Path, families: list[str], refused:
     else:
         assert done.returncode == 0, done.stdout[-3000:]
         assert "python=True" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("checksum", "refused"),
+    [
+        ("sha512:{sha512}", False),
+        ("{sha256}", False),  # a bare digest is SHA-256 (the FerretDB binary's form)
+        ("sha256:{sha256}", False),
+        ("sha512:{sha256}", True),
+        ("sha256:" + "0" * 64, True),
+    ],
+)
+def test_the_common_checksum_check(tmp_path: Path, checksum: str, refused: bool) -> None:
+    """roles/common's checksum entry point, as the kafka and mongodb roles import it before they
+    copy a file from the controller: a file whose digest is not the expected one is refused, with a
+    message naming the variable; the expected one passes, with or without the algorithm."""
+    artifact = tmp_path / "artifact.bin"
+    artifact.write_bytes(b"an artifact of the controller\n" * 100)
+    digests = {name: hashlib.new(name, artifact.read_bytes()).hexdigest() for name in ("sha256", "sha512")}
+    play = {
+        "name": "The checksum check alone",
+        "hosts": "localhost",
+        "gather_facts": False,
+        "tasks": [
+            {
+                "name": "Import roles/common, tasks_from checksum",
+                "ansible.builtin.import_role": {"name": "common", "tasks_from": "checksum"},
+                "vars": {
+                    "common_checksum_file": str(artifact),
+                    "common_checksum": checksum.format(**digests),
+                    "common_checksum_variable": "demo_archive_checksum",
+                },
+            },
+        ],
+    }
+    playbook = tmp_path / "checksum.yml"
+    playbook.write_text(yaml.safe_dump([play]))
+    local = ["-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"]
+    done = _run([_tool("ansible-playbook"), *local, str(playbook)])
+    if refused:
+        assert done.returncode != 0
+        assert "not demo_archive_checksum" in done.stdout, done.stdout[-3000:]
+        assert "refusing to install it" in done.stdout
+    else:
+        assert done.returncode == 0, done.stdout[-3000:]
