@@ -46,8 +46,10 @@ OUTAGE_SECONDS = 20
 CLIENT_TIMEOUT = 30.0
 #: how long a node may take to find a backend down: a health check every 2 s, a ping timeout of 5 s
 DETECT_SECONDS = 8.0
-#: once the outage is found, a request answered later than this hung instead of failing fast
-FAST_SECONDS = 2.0
+#: once the outage is found, a request answered later than this hung instead of failing fast: a hang
+#: lasts at least the ping timeout (5 s); a fast failure is the one re-ping (at most 1 s) and the
+#: call, which took 2.05 s on the two cores while other work ran beside the suite
+FAST_SECONDS = 3.0
 RESULTS = ROOT / ".cache" / "faults-results.json"
 #: what /v1/status says about each service when it is down
 NAMED = {"kafka": "Kafka", "ferretdb": "metadata store", "zookeeper": "ZooKeeper"}
