@@ -146,18 +146,22 @@ def test_round_trip_survives_a_restart(host):
 
 
 def test_ams_finds_its_store_again_after_the_restart():
-    """After test_round_trip_survives_a_restart: a call that reads the metadata, through haproxy."""
-    api = f"https://127.0.0.1:{VARS['haproxy_frontend_port']}/v1"
-    ca = ROOT / ".cache" / "artifacts" / "tls" / "ca.pem"
+    """After test_round_trip_survives_a_restart: AMS writes to the restarted store (a new topic, which
+    no cache answers) and reads it back, through haproxy."""
+    api = f"https://127.0.0.1:{VARS['haproxy_frontend_port']}/v1/projects/APPLIANCE/topics/{uuid.uuid4().hex[:12]}"
+    ca = str(ROOT / ".cache" / "artifacts" / "tls" / "ca.pem")
     headers = {"x-api-key": VARS["ams_service_token"]}
+    project = api.split("/topics/")[0]
     deadline = time.monotonic() + 60
     while True:
-        r = requests.get(f"{api}/projects", headers=headers, verify=str(ca), timeout=10)
-        if r.status_code == 200 or time.monotonic() > deadline:
+        requests.post(project, json={}, headers=headers, verify=ca, timeout=10)  # 200, or 409 when there
+        created = requests.put(api, headers=headers, verify=ca, timeout=10)
+        if created.status_code == 200 or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert r.status_code == 200, r.text
-    assert "projects" in r.json()
+    assert created.status_code == 200, created.text
+    assert requests.get(api, headers=headers, verify=ca, timeout=10).json()["name"].endswith(api.rsplit("/", 1)[1])
+    assert requests.delete(api, headers=headers, verify=ca, timeout=10).status_code == 200
 
 
 def test_no_collateral_damage(host):
