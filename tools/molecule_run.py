@@ -101,6 +101,15 @@ def _molecule(verb: str, name: str) -> list[str]:
     return [str(VENV_BIN / "molecule"), "--base-config", str(BASE_CONFIG), verb, "-s", name]
 
 
+def must_destroy(*, ok: bool, stopped: bool, ci: bool) -> bool:
+    """Whether molecule_run destroys a scenario's hosts itself. Molecule's test sequence stops at a
+    failed step and leaves them up: useful at a desk (``molecule verify -s NAME`` again, then
+    ``molecule destroy -s NAME``), but under CI they would keep the machine's cores busy beside the
+    scenario still running, and stay after the run. A scenario stopped at the time limit never got
+    to its destroy."""
+    return stopped or (ci and not ok)
+
+
 def _run(name: str) -> tuple[str, bool, float]:
     log = LOGS / f"{name}.log"
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "NO_COLOR": "1"}
@@ -120,8 +129,10 @@ def _run(name: str) -> tuple[str, bool, float]:
                 scenario.wait()
                 stopped = True
         if stopped:
-            # what the stopped run would have destroyed last: no container or network left behind
-            out.write(f"\nmolecule_run: stopped after {SCENARIO_TIMEOUT}s; destroying its hosts\n")
+            out.write(f"\nmolecule_run: stopped after {SCENARIO_TIMEOUT}s\n")
+        if must_destroy(ok=ok, stopped=stopped, ci=os.environ.get("CI") == "true"):
+            # what the run would have destroyed last: no container or network left behind
+            out.write("\nmolecule_run: destroying its hosts\n")
             out.flush()
             destroy = _molecule("destroy", name)
             try:

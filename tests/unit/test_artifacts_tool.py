@@ -147,3 +147,16 @@ def test_a_failed_scenario_shows_the_failing_task_not_only_the_destroy_after_it(
     retried = ["TASK [x] ****", "FAILED - RETRYING: [h]: x (9 retries left).", "ok: [h]"]
     assert molecule_run.failure_excerpt(retried) == []
     assert len(molecule_run.failure_excerpt([f"fatal: [h{i}]: FAILED!" for i in range(500)], limit=50)) == 50
+
+
+@pytest.mark.parametrize(
+    ("ok", "stopped", "ci", "destroyed"),
+    [
+        (True, False, True, False),  # molecule test destroyed the hosts itself
+        (False, False, True, True),  # a failed step under CI: nothing left running beside the others
+        (False, False, False, False),  # at a desk: left up for a look
+        (False, True, False, True),  # stopped at the limit, before its own destroy
+    ],
+)
+def test_molecule_run_destroys_what_molecule_left_behind(ok: bool, stopped: bool, ci: bool, destroyed: bool) -> None:
+    assert molecule_run.must_destroy(ok=ok, stopped=stopped, ci=ci) is destroyed
