@@ -136,9 +136,11 @@ def test_processes_run_as_the_ams_user(host):
         assert host.file(f"/proc/{pid}").user == "ams", unit
 
 
-@pytest.mark.parametrize("path", ["/etc", "/usr", "/opt"])
+# the system's directories, and those the haproxy, java and mongodb roles write into
+@pytest.mark.parametrize("path", ["/etc", "/usr", "/opt", "/etc/haproxy", "/usr/lib/jvm", "/usr/local/bin"])
 def test_no_collateral_damage(host, path):
     directory = host.file(path)
+    assert directory.is_directory
     assert (directory.user, directory.group) == ("root", "root")
 
 

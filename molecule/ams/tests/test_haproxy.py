@@ -286,9 +286,3 @@ def test_drain_waits_for_sessions_then_ready_brings_the_server_back(host):
     assert server_stat(host)["status"] == "UP"
     assert wait_for_status_in(host, ALIVE, "UP")["status"] == "UP"
     assert requests.get(f"{FRONTEND}/v1/status", verify=str(CA_FILE), timeout=10).status_code == 200
-
-
-def test_no_collateral_damage(host):
-    directory = host.file("/etc/haproxy")
-    assert directory.is_directory
-    assert (directory.user, directory.group) == ("root", "root")

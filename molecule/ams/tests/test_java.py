@@ -25,9 +25,3 @@ def test_java_is_on_the_default_path(host):
     java = host.file("/usr/bin/java")
     assert java.is_symlink
     assert host.file(java.linked_to).is_file
-
-
-def test_no_collateral_damage(host):
-    directory = host.file("/usr/lib/jvm")
-    assert directory.is_directory
-    assert (directory.user, directory.group) == ("root", "root")

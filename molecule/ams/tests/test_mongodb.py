@@ -162,9 +162,3 @@ def test_ams_finds_its_store_again_after_the_restart():
     assert created.status_code == 200, created.text
     assert requests.get(api, headers=headers, verify=ca, timeout=10).json()["name"].endswith(api.rsplit("/", 1)[1])
     assert requests.delete(api, headers=headers, verify=ca, timeout=10).status_code == 200
-
-
-def test_no_collateral_damage(host):
-    directory = host.file("/usr/local/bin")
-    assert directory.is_directory
-    assert (directory.user, directory.group) == ("root", "root")
