@@ -28,7 +28,9 @@ LOGS = ROOT / ".cache" / "molecule"
 DURATIONS = LOGS / "durations.json"
 BASE_CONFIG = ROOT / ".config" / "molecule" / "config.yml"
 VENV_BIN = Path(sys.executable).parent
-TAIL_LINES = 80
+#: Lines of a failed scenario's log shown when it fails; what failed comes again at the very end of
+#: the run (``main``), where a CI system that shows only the output's end still shows it.
+TAIL_LINES = 40
 #: A scenario that runs longer than this is stopped and counts as failed.
 SCENARIO_TIMEOUT = 50 * 60
 #: How long the destroy of a scenario stopped at that limit may take.
@@ -110,7 +112,7 @@ def must_destroy(*, ok: bool, stopped: bool, ci: bool) -> bool:
     return stopped or (ci and not ok)
 
 
-def _run(name: str) -> tuple[str, bool, float]:
+def _run(name: str) -> tuple[str, bool, float, list[str]]:
     log = LOGS / f"{name}.log"
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "NO_COLOR": "1"}
     argv = _molecule("test", name)
@@ -150,14 +152,11 @@ def _run(name: str) -> tuple[str, bool, float]:
     elapsed = time.monotonic() - started
     if ok:
         say(f"{name}: passed in {elapsed:.0f}s")
-    else:
-        lines = log.read_text(errors="replace").splitlines()
-        excerpt = failure_excerpt(lines)
-        if excerpt:
-            say(f"{name}: what failed, from {log.relative_to(ROOT)}:\n" + "\n".join(excerpt))
-        tail = lines[-TAIL_LINES:]
-        say(f"{name}: FAILED after {elapsed:.0f}s; the end of {log.relative_to(ROOT)}:\n" + "\n".join(tail))
-    return name, ok, elapsed
+        return name, ok, elapsed, []
+    lines = log.read_text(errors="replace").splitlines()
+    tail = lines[-TAIL_LINES:]
+    say(f"{name}: FAILED after {elapsed:.0f}s; the end of {log.relative_to(ROOT)}:\n" + "\n".join(tail))
+    return name, ok, elapsed, failure_excerpt(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -178,9 +177,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(_run, order))
-    durations.update({name: round(elapsed, 1) for name, ok, elapsed in results if ok})
+    durations.update({name: round(elapsed, 1) for name, ok, elapsed, _ in results if ok})
     DURATIONS.write_text(json.dumps(durations, indent=1, sort_keys=True) + "\n")
-    failed = [name for name, ok, _ in results if not ok]
+    failed = [name for name, ok, _, _ in results if not ok]
+    for name, ok, _, excerpt in results:
+        if not ok:  # last, so that the end of the run's output says what failed
+            what = "\n".join(excerpt) if excerpt else "(no failing task or test in its log: see the log's end above)"
+            say(f"{name}: what failed, from {(LOGS / name).relative_to(ROOT)}.log:\n{what}")
     say(f"{len(results) - len(failed)} passed, {len(failed)} failed, in {time.monotonic() - started:.0f}s")
     if failed:
         say(f"failed: {' '.join(failed)}")

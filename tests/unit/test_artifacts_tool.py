@@ -160,3 +160,32 @@ def test_a_failed_scenario_shows_the_failing_task_not_only_the_destroy_after_it(
 )
 def test_molecule_run_destroys_what_molecule_left_behind(ok: bool, stopped: bool, ci: bool, destroyed: bool) -> None:
     assert molecule_run.must_destroy(ok=ok, stopped=stopped, ci=ci) is destroyed
+
+
+def test_the_run_ends_with_what_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A CI system may show only the end of the output: the failing task comes after the other
+    scenario's result and the tails, just before the summary."""
+    monkeypatch.setattr(molecule_run, "LOGS", tmp_path)
+    monkeypatch.setattr(molecule_run, "DURATIONS", tmp_path / "durations.json")
+    monkeypatch.setattr(molecule_run, "ROOT", tmp_path.parent)
+    monkeypatch.setattr(molecule_run, "all_scenarios", lambda: ["ams", "multinode"])
+
+    def run(name: str) -> tuple[str, bool, float, list[str]]:
+        if name == "ams":
+            molecule_run.say("ams: FAILED after 9s; the end of its log: the destroy")
+            return name, False, 9.0, ["TASK [verify]", "FAILED test_x.py::test_y"]
+        molecule_run.say("multinode: passed in 20s")
+        return name, True, 20.0, []
+
+    monkeypatch.setattr(molecule_run, "_run", run)
+    assert molecule_run.main(["--jobs", "1"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-5:] == [
+        f"molecule: ams: what failed, from {tmp_path.name}/ams.log:",
+        "TASK [verify]",
+        "FAILED test_x.py::test_y",
+        "molecule: 1 passed, 1 failed, in 0s",
+        "molecule: failed: ams",
+    ]
