@@ -24,6 +24,10 @@ off measures the compare-and-swap on the store. --metadata-cache (on by default)
 metadata_cache. --cpu prints, after each measured run, the CPU seconds that each process on the
 machine (nodes, Kafka, FerretDB, consumers) spent during it, from /proc. The cluster and its
 database are removed at the end. Loopback only; bounded by --timeout per run.
+
+Each run also prints the machine's idle and stolen CPU time during it (%, /proc/stat), and the
+header and the end a reference figure: a fixed pure-Python loop's time on one core. Figures from
+different sessions compare only when these agree (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 import urllib3
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -107,7 +112,7 @@ def consumer(target: Target, sub: str, max_messages: int, deadline: float, out: 
             result.errors[r.status] += 1
             time.sleep(0.01)
             continue
-        got = json.loads(r.data)["receivedMessages"]
+        got = orjson.loads(r.data)["receivedMessages"]  # the load decodes fast: its CPU is not the service's
         if not got:
             offsets = client.ok("GET", f"{base}:offsets")
             if offsets["current"] >= offsets["max"]:
@@ -160,6 +165,35 @@ def print_cpu(before: dict[int, tuple[int, str]], after: dict[int, tuple[int, st
         print(f"  {spent:6.2f}s {pid} {command[:110]}", flush=True)
 
 
+def cpu_stat() -> list[int]:
+    """The machine's CPU time so far, from /proc/stat's ``cpu`` line: user, nice, system, idle,
+    iowait, irq, softirq, steal (in ticks)."""
+    with open("/proc/stat") as stat:
+        return [int(x) for x in stat.readline().split()[1:9]]
+
+
+def shares(before: list[int], after: list[int]) -> dict[str, float]:
+    """The idle and the stolen part of the machine's CPU time between two cpu_stat()s, in %. Steal
+    is time the hypervisor gave the machine's cores to someone else: a run with steal is slower for
+    reasons outside the machine."""
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(spent) or 1
+    return {"idle_pct": round(100 * (spent[3] + spent[4]) / total, 1), "steal_pct": round(100 * spent[7] / total, 1)}
+
+
+def reference_ms() -> float:
+    """A fixed pure-Python workload, best of 5, in ms: the machine's speed for one thread right now.
+    Runs on different days (or machines) compare only as far as this figure is the same."""
+    best = float("inf")
+    for _ in range(5):
+        started = time.perf_counter()
+        total = 0
+        for i in range(1_000_000):
+            total += i % 7
+        best = min(best, time.perf_counter() - started)
+    return round(best * 1000, 1)
+
+
 def consume(
     targets: list[Target], sub: str, consumers: int, max_messages: int, timeout: float, cpu: bool = False
 ) -> dict[str, Any]:
@@ -171,11 +205,13 @@ def consume(
         for i in range(consumers)
     ]
     before = cpu_ticks() if cpu else {}
+    machine_before = cpu_stat()
     started = time.monotonic()
     for p in processes:
         p.start()
     results: list[Outcome] = [out.get(timeout=timeout + 60) for _ in processes]
     took = time.monotonic() - started
+    machine = shares(machine_before, cpu_stat())
     if cpu:
         print_cpu(before, cpu_ticks(), took)
     for p in processes:
@@ -194,6 +230,7 @@ def consume(
         "pair_p99_ms": round(percentile(pairs, 0.99) * 1000, 1),
         "errors": dict(errors),
         "delivered_again": sum(n - 1 for n in ids.values()),
+        **machine,
     }
 
 
@@ -248,7 +285,7 @@ def main() -> int:
         print(
             f"nodes={args.nodes} consumers={args.consumers} via={args.via} messages={args.messages} "
             f"size={args.size}B maxMessages={args.max_messages} consume_owner={args.consume_owner} "
-            f"metadata_cache={args.metadata_cache} cores={os.cpu_count()}",
+            f"metadata_cache={args.metadata_cache} cores={os.cpu_count()} reference={reference_ms()}ms",
             flush=True,
         )
         measure(args, admin, targets, "fresh")
@@ -260,6 +297,7 @@ def main() -> int:
                 consume(targets, f"h-{name}", args.consumers, args.max_messages, args.timeout)
             print(f"history: {args.history} rounds in {time.monotonic() - started:.0f}s", flush=True)
             measure(args, admin, targets, f"after {args.history} rounds of history")
+        print(f"reference at the end: {reference_ms()}ms", flush=True)
     finally:
         services.stop_cluster()
         with contextlib.suppress(Exception):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from typing import Any
 from flask import Blueprint, Response, current_app, request
 from werkzeug.routing import BaseConverter
 
-from ams_app import auth
+from ams_app import auth, jsoncodec
 from ams_app.auth import Caller
 from ams_app.backends.store import Page
 from ams_app.errors import AmsError
@@ -104,7 +103,7 @@ def body() -> Any:
     if not raw.strip():
         return None
     try:
-        parsed = json.loads(raw)
+        parsed = jsoncodec.loads(raw)
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return MALFORMED
     if _SURROGATE_HINT.search(raw) and _lone_surrogate(parsed):  # paired escapes (emoji) are fine
@@ -113,7 +112,7 @@ def body() -> Any:
 
 
 def ok(payload: Any) -> Response:
-    return Response(json.dumps(payload), status=200, content_type=JSON_TYPE)
+    return Response(jsoncodec.dumps(payload), status=200, content_type=JSON_TYPE)
 
 
 def empty() -> Response:

@@ -40,6 +40,7 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 from gevent.threadpool import ThreadPool
 
+from ams_app import jsoncodec
 from ams_app.backends.errors import BackendUnavailable, MessageTooLarge
 from ams_app.backends.log import NewMessage, StoredMessage
 from ams_app.backends.notify import AppendNotifier
@@ -746,7 +747,7 @@ def payload(attributes: dict[str, str], data: str, stamp: str) -> bytes:
 
 
 def _decoded(record: Any, offset: int, value: bytes) -> StoredMessage:
-    payload = json.loads(value)
+    payload = jsoncodec.loads(value)
     return StoredMessage(offset, _publish_ns(payload, record), payload["data"], payload.get("attributes") or {})
 
 
