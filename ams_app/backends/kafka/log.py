@@ -519,14 +519,12 @@ class KafkaMessageLog:
                 while time.monotonic() < deadline:
                     batch = consumer.consume(num_messages=min(max(end - start, 1), 500), timeout=0.2)
                     for record in batch:
-                        error = record.error()
+                        error = _triaged(record)
+                        if error is _END:
+                            return out
                         if error is not None:
-                            if error.code() == KafkaError._PARTITION_EOF:
-                                return out
-                            if _passing(record, error):
-                                passing = error
-                                continue
-                            raise KafkaException(error)
+                            passing = error
+                            continue
                         offset = record.offset()
                         if offset is None or offset >= end:
                             return out
@@ -604,15 +602,13 @@ class KafkaMessageLog:
         passing: KafkaError | None = None
         end_seen: int | None = None
         for record in batch:
-            error = record.error()
+            error = _triaged(record)
+            if error is _END:
+                end_seen = record.offset()
+                continue
             if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    end_seen = record.offset()
-                    continue
-                if _passing(record, error):
-                    passing = error
-                    continue
-                raise KafkaException(error)
+                passing = error
+                continue
             offset = record.offset()
             if offset is None or offset < reader.position:
                 continue
@@ -727,6 +723,24 @@ class KafkaMessageLog:
 
     def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
         self._notifier.wait(key, marker, timeout)
+
+
+#: What _triaged answers for an end-of-partition event.
+_END = KafkaError(KafkaError._PARTITION_EOF)
+
+
+def _triaged(record: Any) -> KafkaError | None:
+    """What a consumed item is to a read: a message (None), the partition's end (``_END``; the
+    item's offset is the end), or an error the read goes on after (``_passing``, returned). Any
+    other error is raised (KafkaException)."""
+    error: KafkaError | None = record.error()
+    if error is None:
+        return None
+    if error.code() == KafkaError._PARTITION_EOF:
+        return _END
+    if _passing(record, error):
+        return error
+    raise KafkaException(error)
 
 
 def _passing(record: Any, error: KafkaError) -> bool:
