@@ -182,10 +182,10 @@ class Cursor:
     leases: list[Lease] = field(default_factory=list)
     acked: list[tuple[int, int]] = field(default_factory=list)  # [start, end) above offset
     version: int = 0
-    #: Which cursor the version belongs to, for stores that keep it apart from the subscription.
-    store_key: str = ""
-    #: When the store read this version (time.monotonic()), for stores that bound staleness.
-    store_read_at: float = 0.0
+    #: What the store that read this version needs to write the next one, opaque to everyone else
+    #: (the MongoDB store's: which cursor, and when it was read); None for the embedded store. A
+    #: successful ``swap_cursor`` leaves in the cursor it wrote the mark for writing the next.
+    store_mark: Any = None
 
 
 def to_doc(obj: Any) -> dict[str, Any]:

@@ -71,9 +71,9 @@ class Held:
 
     key: str
     session: int
-    cursor: Cursor  # leases and acks; its version and read time are the two fields below
+    cursor: Cursor  # leases and acks; its version and store mark are the two fields below
     version: int  # the version the store holds (the last this node wrote)
-    read_at: float  # monotonic time at which that version was known to be the latest
+    mark: Any  # the store's mark for writing the version after it (Cursor.store_mark)
     lock: Semaphore = dataclasses.field(default_factory=Semaphore)
     changes: int = 0  # changes made in memory that must reach the store
     committed: int = 0  # of those, how many the store holds
@@ -251,9 +251,8 @@ class Owners:
             if cursor is None:
                 self.release(key)
                 raise AmsError.not_found("Subscription")
-            started = time.monotonic()
             if self.store.swap_cursor(project_uuid, name, cursor):
-                held = Held(key, session, cursor, cursor.version + 1, started)
+                held = Held(key, session, cursor, cursor.version + 1, cursor.store_mark)
                 self._held[key] = held
                 with contextlib.suppress(Exception):  # a claim deleted by another node: let go
                     self.client.exists(self._path(key), watch=self._on_claim_event(held))
@@ -385,20 +384,19 @@ class Owners:
         """One write of the cursor as it is now; every change made so far rides along."""
         project_uuid, name = held.key.split(".", 1)
         target = held.changes
-        snapshot = dataclasses.replace(held.cursor, version=held.version, store_read_at=held.read_at)
-        started = time.monotonic()
+        snapshot = dataclasses.replace(held.cursor, version=held.version, store_mark=held.mark)
         try:
             written = self.store.swap_cursor(project_uuid, name, snapshot)
         except Exception:
             log.exception("owner: writing the cursor of %s", held.key)
             return
         if written:
-            held.version, held.read_at = snapshot.version + 1, started
+            held.version, held.mark = snapshot.version + 1, snapshot.store_mark
             held.committed = max(held.committed, target)
             return
         fresh = self.store.get_cursor(project_uuid, name)
         if fresh is not None and fresh.version == snapshot.version:  # only our read was too old to prove
-            held.read_at = fresh.store_read_at
+            held.mark = fresh.store_mark
             return
         found = fresh.version if fresh is not None else "none"
         self._drop(held, f"another writer changed its cursor (this node had {snapshot.version}, the store {found})")

@@ -62,7 +62,7 @@ def test_a_stale_read_never_wins(store: MongoMetadataStore) -> None:
     # a read too old to prove anything is refused outright
     aged = store.get_cursor("p", "s")
     assert aged is not None
-    aged.store_read_at = time.monotonic() - 3600
+    aged.store_mark = dataclasses.replace(aged.store_mark, read_at=time.monotonic() - 3600)
     assert not store.swap_cursor("p", "s", dataclasses.replace(aged, offset=99))
     final = store.get_cursor("p", "s")
     assert final is not None
@@ -98,7 +98,7 @@ def test_a_quiet_cursor_keeps_only_its_last_two_versions(
         cursor = store.get_cursor("p", "s")
         assert cursor is not None
         assert store.swap_cursor("p", "s", dataclasses.replace(cursor, offset=offset))
-    key = cursor.store_key
+    key = cursor.store_mark.cursor_id
 
     def versions() -> list[int]:
         return sorted(int(d["version"]) for d in store.db["cursors"].find({"cursor_id": key}, {"version": 1}))

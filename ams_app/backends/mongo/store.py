@@ -78,6 +78,18 @@ T = TypeVar("T")
 Doc = dict[str, Any]
 
 _STALE_SECONDS = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Mark:
+    """A cursor version's ``store_mark`` here: the cursor it belongs to (apart from the
+    subscription, so that a recreated subscription starts a cursor of its own) and when it was
+    known to be the latest (time.monotonic()), to bound how old a read may write."""
+
+    cursor_id: str
+    read_at: float
+
+
 _KEEP_SECONDS = 30.0
 _GC_EVERY = 32  # versions between two clean-ups of a cursor
 _TIDY_EVERY_SECONDS = 5.0  # how often quiet cursors are looked for
@@ -634,22 +646,24 @@ class MongoMetadataStore:
         if latest is None:
             return None
         cursor = cursor_from_doc(latest["state"], int(latest["version"]))
-        cursor.store_key = sub["cursor_id"]
-        cursor.store_read_at = time.monotonic()
+        cursor.store_mark = _Mark(sub["cursor_id"], time.monotonic())
         return cursor
 
     def swap_cursor(self, project_uuid: str, name: str, cursor: Cursor) -> bool:
-        if time.monotonic() - cursor.store_read_at > _STALE_SECONDS:
-            return False  # too old a read to prove anything: read again
+        mark = cursor.store_mark
+        started = time.monotonic()
+        if not isinstance(mark, _Mark) or started - mark.read_at > _STALE_SECONDS:
+            return False  # not read here, or too old a read to prove anything: read again
         version = cursor.version + 1
-        doc = {"cursor_id": cursor.store_key, "version": version, "state": cursor_to_doc(cursor), "at": time.time()}
+        doc = {"cursor_id": mark.cursor_id, "version": version, "state": cursor_to_doc(cursor), "at": time.time()}
         if not self._insert(self._c("cursors"), doc):
             return False  # another writer made this version first
-        self._tidy_later(cursor.store_key)
+        cursor.store_mark = _Mark(mark.cursor_id, started)  # the written version was the latest then
+        self._tidy_later(mark.cursor_id)
         if version % _GC_EVERY == 0:  # history nobody reads any more
             self._c("cursors").delete_many(
                 {
-                    "cursor_id": cursor.store_key,
+                    "cursor_id": mark.cursor_id,
                     "version": {"$lt": version - 1},
                     "at": {"$lt": time.time() - _KEEP_SECONDS},
                 }

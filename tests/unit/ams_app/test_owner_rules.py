@@ -50,7 +50,7 @@ class _Store:
 
     def get_cursor(self, project_uuid: str, name: str) -> Cursor:
         latest = self.versions[-1]
-        return dataclasses.replace(latest, version=len(self.versions) - 1, store_read_at=time.monotonic())
+        return dataclasses.replace(latest, version=len(self.versions) - 1)
 
     def swap_cursor(self, project_uuid: str, name: str, cursor: Cursor) -> bool:
         gevent.sleep(0.01)
@@ -70,7 +70,7 @@ def _owners(store: _Store | None = None) -> tuple[Owners, _Client]:
 
 def _held(owners: Owners, store: _Store) -> Held:
     cursor = store.get_cursor("p", "s")
-    held = Held("p.s", 7, cursor, cursor.version, time.monotonic())
+    held = Held("p.s", 7, cursor, cursor.version, cursor.store_mark)
     owners._held["p.s"] = held
     return held
 
