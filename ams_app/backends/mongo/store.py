@@ -78,6 +78,10 @@ T = TypeVar("T")
 Doc = dict[str, Any]
 
 _STALE_SECONDS = 10.0
+_KEEP_SECONDS = 30.0
+_GC_EVERY = 32  # versions between two clean-ups of a cursor
+_TIDY_EVERY_SECONDS = 5.0  # how often quiet cursors are looked for
+_BINDING_WRITES = 3  # tries of a binding write whose conflicting binding vanished before it was found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,11 +93,6 @@ class _Mark:
     cursor_id: str
     read_at: float
 
-
-_KEEP_SECONDS = 30.0
-_GC_EVERY = 32  # versions between two clean-ups of a cursor
-_TIDY_EVERY_SECONDS = 5.0  # how often quiet cursors are looked for
-_BINDING_WRITES = 3  # tries of a binding write whose conflicting binding vanished before it was found
 
 _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
     "projects": [([("uuid", ASCENDING)], True), ([("name", ASCENDING)], True)],
