@@ -28,8 +28,8 @@ LOGS = ROOT / ".cache" / "molecule"
 DURATIONS = LOGS / "durations.json"
 BASE_CONFIG = ROOT / ".config" / "molecule" / "config.yml"
 VENV_BIN = Path(sys.executable).parent
-#: Lines of a failed scenario's log shown when it fails; what failed comes again at the very end of
-#: the run (``main``), where a CI system that shows only the output's end still shows it.
+#: Lines of a failed scenario's log shown when it fails; what failed (``failure_excerpt``) comes at
+#: the very end of the run (``main``), where a CI system that shows only the output's end shows it.
 TAIL_LINES = 40
 #: A scenario that runs longer than this is stopped and counts as failed.
 SCENARIO_TIMEOUT = 50 * 60
@@ -112,8 +112,13 @@ def must_destroy(*, ok: bool, stopped: bool, ci: bool) -> bool:
     return stopped or (ci and not ok)
 
 
+def log_of(name: str) -> Path:
+    """Where a scenario's output goes."""
+    return LOGS / f"{name}.log"
+
+
 def _run(name: str) -> tuple[str, bool, float, list[str]]:
-    log = LOGS / f"{name}.log"
+    log = log_of(name)
     env = {**os.environ, "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}", "NO_COLOR": "1"}
     argv = _molecule("test", name)
     started = time.monotonic()
@@ -183,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, ok, _, excerpt in results:
         if not ok:  # last, so that the end of the run's output says what failed
             what = "\n".join(excerpt) if excerpt else "(no failing task or test in its log: see the log's end above)"
-            say(f"{name}: what failed, from {(LOGS / name).relative_to(ROOT)}.log:\n{what}")
+            say(f"{name}: what failed, from {log_of(name).relative_to(ROOT)}:\n{what}")
     say(f"{len(results) - len(failed)} passed, {len(failed)} failed, in {time.monotonic() - started:.0f}s")
     if failed:
         say(f"failed: {' '.join(failed)}")
