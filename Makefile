@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down authn-demo authn-demo-down
+.PHONY: venv run test test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down cluster-status authn-demo authn-demo-down
 
 venv: $(VENV)/.installed
 
@@ -44,9 +44,10 @@ fmt: venv
 	$(BIN)/ruff format ams_app spark tests benchmarks tools molecule
 	$(BIN)/ruff check --fix ams_app spark tests benchmarks tools molecule
 
-## Publish and pull throughput on this machine (numbers: docs/benchmarks.md)
+## Publish and pull throughput on this machine (numbers: docs/benchmarks.md; the others:
+## .venv/bin/python -m benchmarks.NAME from here)
 bench: venv
-	$(BIN)/python benchmarks/api_throughput.py
+	$(BIN)/python -m benchmarks.api_throughput
 
 ## AuthN on one machine: AMS on 127.0.0.2:443 and `ams authn` on :8443 with a demo CA; argo-ams-library
 ## gets a token with a client certificate (needs root for port 443; docs/authn.md)
@@ -63,21 +64,25 @@ services-install: venv
 services-up: venv
 	$(BIN)/python -m tools.services up
 
-## Stop them; `make services-down PURGE=1` also deletes their data
-services-down: venv
+## Stop the cluster (it runs on them), then them; `make services-down PURGE=1` also deletes their data
+services-down: venv cluster-down
 	$(BIN)/python -m tools.services down $(if $(PURGE),--purge)
 
 services-status: venv
 	$(BIN)/python -m tools.services status
 
-## NODES ams nodes (default 3) behind haproxy on https://127.0.0.1:8443; CLUSTER_BACKEND=embedded without Kafka
+## NODES ams nodes (default 3) behind haproxy on https://127.0.0.1:8443 (tools/cluster.py), starting the
+## services first; CLUSTER_BACKEND=embedded without Kafka
 NODES ?= 3
 CLUSTER_BACKEND ?= kafka
 cluster-up: venv
-	$(BIN)/python -m tools.services cluster-up --nodes $(NODES) --backend $(CLUSTER_BACKEND)
+	$(BIN)/python -m tools.cluster up --nodes $(NODES) --backend $(CLUSTER_BACKEND)
 
 cluster-down: venv
-	$(BIN)/python -m tools.services cluster-down
+	$(BIN)/python -m tools.cluster down
+
+cluster-status: venv
+	$(BIN)/python -m tools.cluster status
 
 .PHONY: spark-jars spark-up spark-down spark-status
 ## The Kafka connector of Spark and its dependencies (Maven) into .cache/spark/jars (skipped while up to date)

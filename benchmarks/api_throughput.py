@@ -1,6 +1,6 @@
 """Publish and pull throughput of `ams serve` on either backend, over loopback HTTP.
 
-    .venv/bin/python benchmarks/api_throughput.py [--seconds 10] [--clients 4] [--batch 50] [--size 512]
+    .venv/bin/python -m benchmarks.api_throughput [--seconds 10] [--clients 4] [--batch 50] [--size 512]
                                                   [--backend embedded|kafka] [--publish-only]
 
 (--backend kafka needs `make services-up`.)
@@ -18,13 +18,10 @@ import argparse
 import base64
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.helpers import AmsServer
 
@@ -35,7 +32,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.api_throughput",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--batch", type=int, default=50, help="messages per publish request")

@@ -1,8 +1,8 @@
 """Pull + ack throughput of several consumers sharing one subscription, on a cluster of kafka-backend
-nodes (tools/services.py), fresh and after the store has grown a history.
+nodes (tools/cluster.py), fresh and after the store has grown a history.
 
     make services-up
-    .venv/bin/python benchmarks/consume.py [--nodes 3] [--consumers 4] [--messages 50000] [--size 1024]
+    .venv/bin/python -m benchmarks.consume [--nodes 3] [--consumers 4] [--messages 50000] [--size 1024]
                                            [--max-messages 100] [--runs 3] [--via nodes|haproxy]
                                            [--history 0] [--history-messages 5000] [--consume-owner on|off]
                                            [--metadata-cache on|off] [--cpu]
@@ -40,7 +40,6 @@ import json
 import multiprocessing
 import os
 import statistics
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -50,10 +49,9 @@ from typing import Any
 import orjson
 import urllib3
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from benchmarks.api_throughput import percentile
-from tests.helpers import load_services_tool, service_settings
+from tests.helpers import service_settings
+from tools import cluster
 
 PROJECT = "bench"
 PUBLISH_BATCH = 500
@@ -251,7 +249,9 @@ def measure(args: argparse.Namespace, admin: Client, targets: list[Target], labe
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.consume", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--consumers", type=int, default=4)
     parser.add_argument("--messages", type=int, default=50_000)
@@ -271,11 +271,10 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
     args = parser.parse_args()
 
-    services = load_services_tool()
     database = "ams_bench_consume_" + uuid.uuid4().hex[:8]
     owner = "true" if args.consume_owner == "on" else "false"
     env = {"AMS_CONSUME_OWNER": owner, "AMS_METADATA_CACHE": "true" if args.metadata_cache == "on" else "false"}
-    info = services.start_cluster(nodes=args.nodes, database=database, env=env)
+    info = cluster.start_cluster(nodes=args.nodes, database=database, env=env)
     try:
         proxy = Target(f"{info.url}/v1", info.token, str(info.ca_file))
         nodes = [Target(f"{n.url}/v1", info.token, True) for n in info.nodes]
@@ -299,7 +298,7 @@ def main() -> int:
             measure(args, admin, targets, f"after {args.history} rounds of history")
         print(f"reference at the end: {reference_ms()}ms", flush=True)
     finally:
-        services.stop_cluster()
+        cluster.stop_cluster()
         with contextlib.suppress(Exception):
             from pymongo import MongoClient
 

@@ -1,6 +1,6 @@
 """Push delivery throughput of `ams serve` (its in-process worker) to a local HTTPS receiver.
 
-    .venv/bin/python benchmarks/push_throughput.py [--messages 5000] [--max-messages 100] [--period 1]
+    .venv/bin/python -m benchmarks.push_throughput [--messages 5000] [--max-messages 100] [--period 1]
                                                    [--subs 1] [--size 512] [--backend embedded|kafka]
 
 (--backend kafka needs `make services-up`.)
@@ -16,21 +16,22 @@ from __future__ import annotations
 import argparse
 import base64
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import trustme
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from tests.helpers import AmsServer
 from tests.push_receiver import Receiver
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.push_throughput",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--messages", type=int, default=5000)
     parser.add_argument("--max-messages", type=int, default=100, help="the subscriptions' maxMessages")
     parser.add_argument("--period", type=int, default=1, help="linear retry period (ms)")

@@ -1,6 +1,6 @@
 """Throughput of the Spark jobs (spark/jobs) on the standalone cluster of tools/spark_cluster.py.
 
-    .venv/bin/python benchmarks/spark_jobs.py [--messages 20000] [--batch 1000] [--size 64] [--topics 2]
+    .venv/bin/python -m benchmarks.spark_jobs [--messages 20000] [--batch 1000] [--size 64] [--topics 2]
 
 (needs `make services-up`; starts the Spark cluster when it is not up, and leaves it up.)
 
@@ -22,8 +22,6 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.helpers import ROOT, AmsServer, load_tool, service_settings, services_reachable
 
@@ -54,7 +52,11 @@ def submit(job: str, args: list[str]) -> tuple[float, int, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.spark_jobs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--batch", type=int, default=1000, help="messages per publish request")
     parser.add_argument("--size", type=int, default=64, help="bytes of data per message (before base64)")

@@ -381,7 +381,7 @@ def drop_database(database: str) -> None:
 
 
 class ClusterNode:
-    """One node of a test cluster (tools/services.py), spoken to directly over plain HTTP."""
+    """One node of a test cluster (tools/cluster.py), spoken to directly over plain HTTP."""
 
     def __init__(self, url: str, token: str) -> None:
         self.url = url.rstrip("/") + "/v1"

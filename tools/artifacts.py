@@ -58,7 +58,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tools import pki, services, spark_cluster, toolkit
+from tools import cluster, pki, services, spark_cluster, toolkit
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / ".cache" / "artifacts"
@@ -321,7 +321,7 @@ MULTINODE_SANS = ("DNS:lb1", "IP:172.31.213.10", "IP:172.31.213.1")
 
 
 def build_tls() -> Path:
-    files = services.make_tls(TLS_DIR)
+    files = cluster.make_tls(TLS_DIR)
     say(f"{TLS_DIR.relative_to(ROOT)}: a test CA ({files.ca.name}) and a certificate for 127.0.0.1 and localhost")
     issue_certificate(TLS_DIR, "multinode", MULTINODE_SANS)
     if not (TLS_DIR / "authn-ca.pem").exists() or not (TLS_DIR / "authn-ca.key").exists():

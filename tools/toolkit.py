@@ -1,6 +1,6 @@
 """What the tools share: running a command with a bound and a readable error (services.py,
-image.py, artifacts.py, spark_cluster.py), and the background processes that services.py and
-spark_cluster.py start, find again by pid file and stop."""
+cluster.py, image.py, artifacts.py, spark_cluster.py), and the background processes that
+services.py, cluster.py and spark_cluster.py start, find again by pid file, probe and stop."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import fcntl
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,6 +42,16 @@ def run(
         out = (done.stdout + done.stderr).strip().splitlines()[-LOG_TAIL_LINES:]
         raise error(f"{what} failed (exit {done.returncode}): {' '.join(argv)}\n" + "\n".join(out))
     return done
+
+
+#: Where Debian puts system daemons' programs (haproxy), off the PATH of a shell that is not root's.
+SYSTEM_BIN_DIRS = ("/usr/sbin", "/sbin")
+
+
+def which(command: str, *extra_dirs: str) -> str | None:
+    """``command`` on the PATH, else in the system directories or ``extra_dirs``."""
+    path = os.pathsep.join([os.environ.get("PATH", ""), *SYSTEM_BIN_DIRS, *extra_dirs])
+    return shutil.which(command, path=path)
 
 
 def env_port(env: Mapping[str, str], name: str, default: int, error: type[Exception]) -> int:
@@ -250,6 +261,23 @@ def wait_until(
         if time.monotonic() > deadline:
             raise error(f"{what} (pid {pid}) not ready after {timeout:.0f}s; last lines of {log}:\n{tail(log)}")
         time.sleep(interval)
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    """Whether something accepts TCP connections on ``host``:``port``."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def answers(probe: Callable[[], bool]) -> bool:
+    """``probe()``, with an exception taken as "no" (a server not up yet, or gone)."""
+    try:
+        return probe()
+    except Exception:  # a failing probe means "no"
+        return False
 
 
 def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

@@ -1,4 +1,4 @@
-"""A cluster of three kafka-backend nodes behind haproxy (tools/services.py): round robin, several
+"""A cluster of three kafka-backend nodes behind haproxy (tools/cluster.py): round robin, several
 consumers on one subscription, and a node killed with SIGKILL while messages flow."""
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import require_backend
-from tests.helpers import b64, drop_database, load_services_tool, prometheus_samples, unique
+from tests.helpers import b64, drop_database, load_tool, prometheus_samples, unique
 
 pytestmark = pytest.mark.slow
 
 NODES = 3
 
 
-services = load_services_tool()
+cluster_tool = load_tool("cluster")
 
 
 class Client:
@@ -55,13 +55,13 @@ def cluster() -> Iterator[Any]:
     require_backend("kafka")  # outside CI a missing service skips; under CI=true it fails
     database = "ams_test_cluster_" + uuid.uuid4().hex[:10]
     try:
-        info = services.start_cluster(nodes=NODES, database=database)
+        info = cluster_tool.start_cluster(nodes=NODES, database=database)
         assert info.database == database
         assert [n.name for n in info.nodes] == [f"node{n}" for n in range(1, NODES + 1)]
         yield info
     finally:
         try:
-            services.stop_cluster()
+            cluster_tool.stop_cluster()
         finally:
             drop_database(database)
 
@@ -127,7 +127,7 @@ def test_haproxy_exporter_reports_the_process_the_backend_and_every_node(cluster
     """haproxy's built-in exporter (the frontend ams_https_prometheus, as the haproxy role writes it)
     answers a scrape with the process, the AMS backend and one UP series per node."""
     client.ok("GET", "/v1/status")  # a request through ams_https, answered by a node of ams_nodes
-    r = requests.get(f"http://{services.HOST}:{services.HAPROXY_PROMETHEUS_PORT}/metrics", timeout=10)
+    r = requests.get(f"http://{cluster_tool.HOST}:{cluster_tool.HAPROXY_PROMETHEUS_PORT}/metrics", timeout=10)
     assert r.status_code == 200, r.text[:500]
     assert r.headers["Content-Type"].startswith("text/plain"), r.headers
     samples = [s for family in text_string_to_metric_families(r.text) for s in family.samples]
@@ -366,7 +366,7 @@ def test_node_killed_mid_traffic_loses_nothing_acknowledged(cluster: Any, client
         time.sleep(3.0)
         with lock:
             before_kill = len(acknowledged)
-        services.kill_node(2)
+        cluster_tool.kill_node(2)
         killed = True
         time.sleep(5.0)  # publishing and consuming go on with two nodes
         stop_publishing.set()
@@ -396,7 +396,7 @@ def test_node_killed_mid_traffic_loses_nothing_acknowledged(cluster: Any, client
     assert not lost, f"{len(lost)} acknowledged messages never received, e.g. {sorted(lost)[:10]}; retries {retried}"
 
     # the killed node comes back and serves again, directly and through haproxy
-    node = services.start_node(2)
+    node = cluster_tool.start_node(2)
     assert node.pid is not None
     assert requests.get(f"{node.url}/v1/status", timeout=5).status_code == 200
     names = {serving_node(client) for _ in range(3 * NODES)}

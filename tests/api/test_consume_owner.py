@@ -1,4 +1,4 @@
-"""One owner per pull subscription (consume_owner) on three kafka-backend nodes (tools/services.py):
+"""One owner per pull subscription (consume_owner) on three kafka-backend nodes (tools/cluster.py):
 real Kafka, ZooKeeper and the MongoDB-wire server, each node spoken to directly over HTTP.
 
 The semantics are those of a single node: consumers on different nodes get different messages,
@@ -28,7 +28,7 @@ from tests.helpers import (
     ClusterNode,
     b64,
     drop_database,
-    load_services_tool,
+    load_tool,
     prometheus_samples,
     sample,
     service_settings,
@@ -39,7 +39,7 @@ pytestmark = pytest.mark.slow
 
 NODES = 3
 SESSION_SECONDS = 4.0
-services = load_services_tool()
+cluster_tool = load_tool("cluster")
 
 
 @pytest.fixture(scope="module")
@@ -48,10 +48,10 @@ def cluster() -> Iterator[Any]:
     database = "ams_test_owner_" + uuid.uuid4().hex[:10]
     env = {"AMS_CONSUME_OWNER": "true", "AMS_CONSUME_SESSION_SECONDS": str(SESSION_SECONDS)}
     try:
-        yield services.start_cluster(nodes=NODES, database=database, env=env)
+        yield cluster_tool.start_cluster(nodes=NODES, database=database, env=env)
     finally:
         try:
-            services.stop_cluster()
+            cluster_tool.stop_cluster()
         finally:
             drop_database(database)
 
@@ -177,7 +177,7 @@ def test_an_owner_killed_mid_lease_loses_no_answered_ack(nodes, project, cluster
     assert leased == payloads[10:20]
     owner = owner_of(zk, cluster, sub)
     assert owner is not None
-    services.kill_node(owner)
+    cluster_tool.kill_node(owner)
     try:
         other = nodes[owner % NODES]  # a surviving node
         # no 503 while the dead owner's claim outlives it: the pull waits for its session to end
@@ -187,7 +187,7 @@ def test_an_owner_killed_mid_lease_loses_no_answered_ack(nodes, project, cluster
         assert after == payloads[10:30]
         assert owner_of(zk, cluster, sub) not in (None, owner)
     finally:
-        services.start_node(owner, wait_lb=False)
+        cluster_tool.start_node(owner, wait_lb=False)
 
 
 def test_an_owner_stopped_gracefully_hands_its_leases_on(nodes, project, cluster, zk):
@@ -197,7 +197,7 @@ def test_an_owner_stopped_gracefully_hands_its_leases_on(nodes, project, cluster
     owner = owner_of(zk, cluster, sub)
     assert owner is not None
     assert first == payloads[:10]
-    services.stop_node(owner)  # SIGTERM: it drains, writes its cursor and ends its session
+    cluster_tool.stop_node(owner)  # SIGTERM: it drains, writes its cursor and ends its session
     try:
         other = nodes[owner % NODES]
         r = ack(other, project, sub, ids[-1])  # the lease outlived its owner
@@ -205,7 +205,7 @@ def test_an_owner_stopped_gracefully_hands_its_leases_on(nodes, project, cluster
         _, after = pull(other, project, sub, 20)
         assert after == payloads[10:30]  # nothing acknowledged comes again
     finally:
-        services.start_node(owner, wait_lb=False)
+        cluster_tool.start_node(owner, wait_lb=False)
 
 
 def test_an_owner_cut_off_past_its_session_hands_out_no_lease(nodes, project, cluster, zk):
@@ -214,7 +214,7 @@ def test_an_owner_cut_off_past_its_session_hands_out_no_lease(nodes, project, cl
     assert first == payloads[:10]
     owner = owner_of(zk, cluster, sub)
     assert owner is not None
-    pid = services.cluster_info().nodes[owner - 1].pid
+    pid = cluster_tool.cluster_info().nodes[owner - 1].pid
     assert pid is not None
     os.kill(pid, signal.SIGSTOP)  # paused: its memory still says it owns the subscription
     try:

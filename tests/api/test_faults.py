@@ -34,11 +34,12 @@ import pytest
 import requests
 
 from tests.conftest import require_backend
-from tests.helpers import ROOT, drop_database, load_services_tool, unique
+from tests.helpers import ROOT, drop_database, load_services_tool, load_tool, unique
 
 pytestmark = pytest.mark.slow
 
 services = load_services_tool()
+cluster_tool = load_tool("cluster")
 
 NODES = 3
 OUTAGE_SECONDS = 20
@@ -156,10 +157,10 @@ def cluster() -> Iterator[Any]:
     require_backend("kafka")  # outside CI a missing service skips; under CI=true it fails
     database = "ams_test_faults_" + uuid.uuid4().hex[:10]
     try:
-        yield services.start_cluster(nodes=NODES, database=database)
+        yield cluster_tool.start_cluster(nodes=NODES, database=database)
     finally:
         try:
-            services.stop_cluster()
+            cluster_tool.stop_cluster()
         finally:
             for name in ("zookeeper", "ferretdb", "kafka"):  # whatever a failed test left stopped
                 services.start_service(name)

@@ -21,9 +21,9 @@ from ams_app.service import metacache
 from ams_app.service.metacache import MetadataCache
 from ams_app.settings import Settings
 from tests.conftest import require_backend
-from tests.helpers import ClusterNode, b64, drop_database, load_services_tool, service_settings, unique
+from tests.helpers import ClusterNode, b64, drop_database, load_tool, service_settings, unique
 
-services = load_services_tool()
+cluster_tool = load_tool("cluster")
 
 
 class CountingStore(MongoMetadataStore):
@@ -182,11 +182,11 @@ def nodes() -> Iterator[list[ClusterNode]]:
     require_backend("kafka")
     database = "ams_test_metacache_http_" + uuid.uuid4().hex[:10]
     try:
-        cluster = services.start_cluster(nodes=2, database=database, env={"AMS_METADATA_CACHE": "true"})
+        cluster = cluster_tool.start_cluster(nodes=2, database=database, env={"AMS_METADATA_CACHE": "true"})
         yield [ClusterNode(node.url, cluster.token) for node in cluster.nodes]
     finally:
         try:
-            services.stop_cluster()
+            cluster_tool.stop_cluster()
         finally:
             drop_database(database)
 

@@ -145,3 +145,24 @@ def test_the_http_layer_reaches_metadata_only_through_the_service() -> None:
         if isinstance(node, ast.Attribute) and node.attr == "store"
     ]
     assert not reach, "the API reaches the store directly at: " + ", ".join(reach)
+
+
+def tool_imports(tool: str) -> set[str]:
+    """The modules tools/<tool>.py imports, anywhere in it (``from tools import x`` counts as tools.x)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse((ROOT / "tools" / f"{tool}.py").read_text())):
+        if isinstance(node, ast.ImportFrom):
+            source = ".".join(["tools"] * bool(node.level) + ([node.module] if node.module else []))
+            found.add(source)
+            found.update(f"{source}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def test_the_services_tool_does_not_know_the_cluster() -> None:
+    """tools/cluster.py stands on tools/services.py, never the other way round (docs/services.md):
+    whoever stops the services stops the cluster first."""
+    assert "tools.services" in tool_imports("cluster")
+    assert "tools.toolkit" in tool_imports("services")
+    assert not {m for m in tool_imports("services") if m == "tools.cluster" or m.startswith("tools.cluster.")}

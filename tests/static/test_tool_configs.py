@@ -1,7 +1,7 @@
-"""The local servers of tools/services.py (make services-up, cluster-up) run the configurations the
-roles write, except where a test needs otherwise: each such difference is listed here, with why.
-The roles' templates are rendered with Ansible's own templating, over the roles' defaults and
-vars, for one host; a change to one copy that the other does not follow fails here."""
+"""The local servers of tools/services.py and tools/cluster.py (make services-up, cluster-up) run the
+configurations the roles write, except where a test needs otherwise: each such difference is listed
+here, with why. The roles' templates are rendered with Ansible's own templating, over the roles'
+defaults and vars, for one host; a change to one copy that the other does not follow fails here."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ import pytest
 from ansible.parsing.dataloader import DataLoader
 from ansible.template import Templar, trust_as_template
 
-from tests.helpers import ROOT, load_services_tool
+from tests.helpers import ROOT, load_services_tool, load_tool
 
 services = load_services_tool()
+cluster_tool = load_tool("cluster")
 _loader = DataLoader()
 
 
@@ -146,7 +147,7 @@ def haproxy_sections(text: str) -> dict[str, list[str]]:
 @pytest.mark.parametrize("section", HAPROXY_SECTIONS)
 def test_the_local_balancer_behaves_as_the_roles(tmp_path: Path, section: str) -> None:
     local = haproxy_sections(
-        services.render_haproxy_cfg(
+        cluster_tool.render_haproxy_cfg(
             [("ams1", 8080)],
             bind_port=8443,
             pem=tmp_path / "ams.pem",
@@ -170,4 +171,4 @@ def test_the_json_error_pages_are_the_roles() -> None:
         e["code"]: (e["message"], e["status"])
         for e in _loader.load_from_file(str(ROOT / "roles" / "haproxy" / "vars" / "main.yml"))["_haproxy_json_errors"]
     }
-    assert role == services.PROXY_ERRORS
+    assert role == cluster_tool.PROXY_ERRORS

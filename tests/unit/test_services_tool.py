@@ -1,4 +1,5 @@
-"""tools/services.py: the configuration it renders (no server is started here)."""
+"""tools/services.py and tools/cluster.py: the configuration they render (no server is started
+here)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.helpers import ROOT, load_services_tool
+from tests.helpers import ROOT, load_services_tool, load_tool
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 svc = load_services_tool()
+cluster_tool = load_tool("cluster")
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -41,7 +43,7 @@ def haproxy() -> str:
 def tls(tmp_path_factory: pytest.TempPathFactory, haproxy: str) -> Any:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
-    return svc.make_tls(tmp_path_factory.mktemp("tls"))
+    return cluster_tool.make_tls(tmp_path_factory.mktemp("tls"))
 
 
 def test_ports_default_and_env() -> None:
@@ -120,11 +122,11 @@ def test_pom_names_kafka_and_a_log_binding() -> None:
 def test_node_settings_load_as_ams_settings(tmp_path: Path) -> None:
     from ams_app.settings import load_settings
 
-    mapping = svc.node_settings(
+    mapping = cluster_tool.node_settings(
         2, backend="kafka", token="tok", database="ams_test_x", data_dir=tmp_path, ports=svc.Ports()
     )
     path = tmp_path / "node2.yml"
-    path.write_text(svc.render_node_settings(mapping))
+    path.write_text(cluster_tool.render_node_settings(mapping))
     assert yaml.safe_load(path.read_text()) == mapping
     settings = load_settings(path, environ={})
     assert (settings.host, settings.port, settings.node_name) == ("127.0.0.1", 18082, "node2")
@@ -139,8 +141,8 @@ def test_node_settings_load_as_ams_settings(tmp_path: Path) -> None:
 
 def _haproxy_cfg(tmp_path: Path, pem: Path, nodes: int = 3) -> str:
     return str(
-        svc.render_haproxy_cfg(
-            [(f"node{n}", svc.node_port(n)) for n in range(1, nodes + 1)],
+        cluster_tool.render_haproxy_cfg(
+            [(f"node{n}", cluster_tool.node_port(n)) for n in range(1, nodes + 1)],
             bind_port=8443,
             pem=pem,
             stats_socket=tmp_path / "haproxy.sock",
@@ -178,25 +180,25 @@ def test_haproxy_cfg_content(tmp_path: Path) -> None:
     fallback = "use_backend ams_nodes_alive if !{ nbsrv(ams_nodes) gt 0 }"
     assert fallback in lines
     assert lines.index(fallback) < lines.index("use_backend ams_nodes_by_subscription if ams_subscription_cursor")
-    assert f"option httpchk GET {svc.LIVENESS_PATH}" in lines
+    assert f"option httpchk GET {cluster_tool.LIVENESS_PATH}" in lines
     defaults = (ROOT / "roles" / "haproxy" / "defaults" / "main.yml").read_text()
-    assert f"haproxy_liveness_check_path: {svc.LIVENESS_PATH}\n" in defaults
+    assert f"haproxy_liveness_check_path: {cluster_tool.LIVENESS_PATH}\n" in defaults
     assert "use_backend {{ haproxy_backend_name }}_alive if !{ nbsrv({{ haproxy_backend_name }}) gt 0 }" in template
     # a subscription's cursor routes go by a hash of its path, as in the haproxy role's template
-    assert f"acl ams_subscription_cursor path_reg {svc.SUBSCRIPTION_CURSOR_PATH}" in lines
-    assert f"acl ams_subscription_cursor path_reg {svc.SUBSCRIPTION_CURSOR_PATH}\n" in template
+    assert f"acl ams_subscription_cursor path_reg {cluster_tool.SUBSCRIPTION_CURSOR_PATH}" in lines
+    assert f"acl ams_subscription_cursor path_reg {cluster_tool.SUBSCRIPTION_CURSOR_PATH}\n" in template
     assert "balance hash path,field(1,:)\n    hash-type consistent\n" in template
     assert "use_backend ams_nodes_by_subscription if ams_subscription_cursor" in lines
     assert "balance hash path,field(1,:)" in lines
     assert "hash-type consistent" in lines
     with pytest.raises(ValueError, match="at least one node"):
-        svc.render_haproxy_cfg([], bind_port=8443, pem=tmp_path, stats_socket=tmp_path, pid_file=tmp_path)
+        cluster_tool.render_haproxy_cfg([], bind_port=8443, pem=tmp_path, stats_socket=tmp_path, pid_file=tmp_path)
 
 
 def test_haproxy_error_pages_are_the_haproxy_roles(tmp_path: Path) -> None:
     """The local haproxy answers its own errors with the role's messages (one list of facts)."""
     role = yaml.safe_load((ROOT / "roles" / "haproxy" / "vars" / "main.yml").read_text())["_haproxy_json_errors"]
-    assert {e["code"]: (e["message"], e["status"]) for e in role} == svc.PROXY_ERRORS
+    assert {e["code"]: (e["message"], e["status"]) for e in role} == cluster_tool.PROXY_ERRORS
     lines = [line.strip() for line in _haproxy_cfg(tmp_path, tmp_path / "haproxy.pem").splitlines()]
     pages = {int(line.split()[2]): line for line in lines if line.startswith("http-error status ")}
     for error in role:
@@ -209,10 +211,10 @@ def test_haproxy_accepts_the_config(tmp_path: Path, haproxy: str, tls: Any) -> N
     cfg.write_text(_haproxy_cfg(tmp_path, tls.combined))
     done = subprocess.run([haproxy, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    svc.check_haproxy_cfg(cfg)
+    cluster_tool.check_haproxy_cfg(cfg)
     cfg.write_text(cfg.read_text().replace("balance roundrobin", "balance nonsense"))
     with pytest.raises(svc.ServiceError, match="haproxy -c"):
-        svc.check_haproxy_cfg(cfg)
+        cluster_tool.check_haproxy_cfg(cfg)
 
 
 def test_the_test_ca_signs_a_server_cert_for_loopback(tls: Any) -> None:
@@ -239,7 +241,7 @@ def test_the_test_ca_signs_a_server_cert_for_loopback(tls: Any) -> None:
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
     assert oct(files.combined.stat().st_mode & 0o777) == "0o600"
-    assert svc.make_tls(files.ca.parent) == files  # made once
+    assert cluster_tool.make_tls(files.ca.parent) == files  # made once
 
 
 def test_parse_haproxy_stat() -> None:
@@ -250,4 +252,4 @@ def test_parse_haproxy_stat() -> None:
         "ams_nodes,node2,0,DOWN,\n"
         "ams_nodes,BACKEND,0,UP,\n"
     )
-    assert svc.parse_haproxy_stat(text) == {"node1": "UP", "node2": "DOWN"}
+    assert cluster_tool.parse_haproxy_stat(text) == {"node1": "UP", "node2": "DOWN"}
