@@ -112,6 +112,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
     from ams_app.backends import open_backends
     from ams_app.backends.errors import BackendError
     from ams_app.errors import AmsError
+    from ams_app.service import requests
     from ams_app.service.core import AmsService
 
     store, log = open_backends(settings)
@@ -120,12 +121,13 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
         if args.verb == "bootstrap":
             existing = store.get_user(name=args.name)
             if existing is None:
-                existing = svc.create_user(SERVICE_CALLER, args.name, {"service_roles": ["service_admin"]})
+                admin = requests.new_user({"service_roles": ["service_admin"]})
+                existing = svc.create_user(SERVICE_CALLER, args.name, admin)
                 print(f"created service admin {args.name!r}", file=sys.stderr)
             print(f"token of {args.name!r}: {existing.token}", file=sys.stderr)
             print(f"try: curl -H 'x-api-key: {existing.token}' http://{settings.host}:{settings.port}/v1/projects")
         elif args.verb == "create-project":
-            created = svc.create_project(SERVICE_CALLER, args.name, {"description": args.description})
+            created = svc.create_project(SERVICE_CALLER, args.name, args.description)
             print(json.dumps(project_view(svc, created), indent=2))
         elif args.verb == "create-user":
             projects = []
@@ -133,7 +135,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
                 name, _, roles = spec.partition(":")
                 projects.append({"project": name, "roles": [r for r in roles.split(",") if r]})
             body = {"email": args.email, "service_roles": args.service_role, "projects": projects}
-            created_user = svc.create_user(SERVICE_CALLER, args.name, body)
+            created_user = svc.create_user(SERVICE_CALLER, args.name, requests.new_user(body))
             print(json.dumps(user_view(svc, created_user, privileged=True), indent=2))
         elif args.verb == "show-token":
             print(svc.user(args.name).token)

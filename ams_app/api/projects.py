@@ -9,6 +9,7 @@ from ams_app.api.users import privileged
 from ams_app.api.views import project_view, user_view
 from ams_app.auth import PROJECT_ADMIN, SERVICE_ADMIN
 from ams_app.models import User
+from ams_app.service import requests
 
 
 @add_route("/projects", "projects:list", "GET", roles=(SERVICE_ADMIN,))
@@ -24,12 +25,12 @@ def projects_show(ctx: Ctx, project: str) -> Response:
 
 @add_route(PROJECT, "projects:create", "POST", roles=(SERVICE_ADMIN,))
 def projects_create(ctx: Ctx, project: str) -> Response:
-    return ok(project_view(ctx.svc, ctx.svc.create_project(ctx.caller, project, body())))
+    return ok(project_view(ctx.svc, ctx.svc.create_project(ctx.caller, project, requests.project_description(body()))))
 
 
 @add_route(PROJECT, "projects:update", "PUT", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def projects_update(ctx: Ctx, project: str) -> Response:
-    return ok(project_view(ctx.svc, ctx.svc.update_project(ctx.proj, body())))
+    return ok(project_view(ctx.svc, ctx.svc.update_project(ctx.proj, requests.project_update(body()))))
 
 
 @add_route(PROJECT, "projects:delete", "DELETE", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
@@ -70,17 +71,17 @@ def members_show(ctx: Ctx, project: str, user: str) -> Response:
 
 @add_route(MEMBER, "projects:createUser", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def members_create(ctx: Ctx, project: str, user: str) -> Response:
-    return privileged(ctx, ctx.svc.create_member(ctx.caller, ctx.proj, user, body()))
+    return privileged(ctx, ctx.svc.create_member(ctx.caller, ctx.proj, user, requests.new_member(body())))
 
 
 @add_route(MEMBER, "projects:updateUser", "PUT", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def members_update(ctx: Ctx, project: str, user: str) -> Response:
-    return _member(ctx, ctx.svc.update_member(ctx.proj, user, body()))
+    return _member(ctx, ctx.svc.update_member(ctx.proj, user, requests.member_update(body())))
 
 
 @add_route(MEMBER + ":add", "projects:addUser", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def members_add(ctx: Ctx, project: str, user: str) -> Response:
-    return _member(ctx, ctx.svc.add_member(ctx.proj, user, body()))
+    return _member(ctx, ctx.svc.add_member(ctx.proj, user, requests.member_roles(body())))
 
 
 @add_route(MEMBER + ":remove", "projects:removeUser", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))

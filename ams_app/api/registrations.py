@@ -8,11 +8,12 @@ from ams_app.api.pipeline import REGISTRATION, Ctx, add_route, body, empty, ok
 from ams_app.api.users import privileged
 from ams_app.api.views import registration_view
 from ams_app.auth import REGISTER_ADMIN, SERVICE_ADMIN
+from ams_app.service import requests
 
 
 @add_route("/registrations", "registrations:newUser", "POST", roles=(SERVICE_ADMIN, REGISTER_ADMIN))
 def registrations_create(ctx: Ctx) -> Response:
-    return ok(registration_view(ctx.svc, ctx.svc.register(body())))
+    return ok(registration_view(ctx.svc, ctx.svc.register(requests.new_registration(body()))))
 
 
 @add_route("/registrations", "registrations:list", "GET", roles=(SERVICE_ADMIN,))
@@ -33,7 +34,7 @@ def registrations_accept(ctx: Ctx, uuid: str) -> Response:
 
 @add_route(REGISTRATION + ":decline", "registrations:declineNewUser", "POST", roles=(SERVICE_ADMIN,))
 def registrations_decline(ctx: Ctx, uuid: str) -> Response:
-    ctx.svc.decline_registration(ctx.caller, uuid, body())
+    ctx.svc.decline_registration(ctx.caller, uuid, requests.decline_comment(body()))
     return ok({})
 
 

@@ -8,6 +8,7 @@ from ams_app.api.pipeline import MALFORMED, PROJECT, SCHEMA, Ctx, add_route, bod
 from ams_app.api.views import schema_view
 from ams_app.auth import PROJECT_ADMIN, SERVICE_ADMIN
 from ams_app.errors import AmsError
+from ams_app.service import requests
 
 
 @add_route(PROJECT + "/schemas", "schemas:list", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
@@ -22,12 +23,13 @@ def schemas_show(ctx: Ctx, project: str, schema: str) -> Response:
 
 @add_route(SCHEMA, "schemas:create", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def schemas_create(ctx: Ctx, project: str, schema: str) -> Response:
-    return ok(schema_view(ctx.proj, ctx.svc.create_schema(ctx.proj, schema, body())))
+    return ok(schema_view(ctx.proj, ctx.svc.create_schema(ctx.proj, schema, requests.new_schema(body()))))
 
 
 @add_route(SCHEMA, "schemas:update", "PUT", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def schemas_update(ctx: Ctx, project: str, schema: str) -> Response:
-    return ok(schema_view(ctx.proj, ctx.svc.update_schema(ctx.proj, schema, body())))
+    found = ctx.svc.schema(ctx.proj, schema)  # 404 before the body
+    return ok(schema_view(ctx.proj, ctx.svc.update_schema(found, requests.schema_update(body(), ctx.proj.name))))
 
 
 @add_route(SCHEMA, "schemas:delete", "DELETE", roles=(SERVICE_ADMIN, PROJECT_ADMIN))

@@ -10,6 +10,7 @@ from ams_app.api.pipeline import PROJECT, SUBSCRIPTION, Ctx, add_route, body, em
 from ams_app.api.views import delivery_view, sub_view
 from ams_app.auth import CONSUMER, PROJECT_ADMIN, PUSH_WORKER, SERVICE_ADMIN
 from ams_app.models import Subscription
+from ams_app.service import requests
 from ams_app.service.push import active
 
 
@@ -33,7 +34,8 @@ def subs_show(ctx: Ctx, project: str, subscription: str) -> Response:
 
 @add_route(SUBSCRIPTION, "subscriptions:create", "PUT", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def subs_create(ctx: Ctx, project: str, subscription: str) -> Response:
-    return ok(_sub_views(ctx, [ctx.svc.create_subscription(ctx.proj, subscription, body())])[0])
+    created = ctx.svc.create_subscription(ctx.proj, subscription, requests.new_subscription(body(), ctx.proj.name))
+    return ok(_sub_views(ctx, [created])[0])
 
 
 @add_route(SUBSCRIPTION, "subscriptions:delete", "DELETE", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
@@ -47,8 +49,8 @@ def subs_delete(ctx: Ctx, project: str, subscription: str) -> Response:
     SUBSCRIPTION + ":pull", "subscriptions:pull", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER, PUSH_WORKER)
 )
 def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
-    payload = body()
-    deliveries = ctx.svc.pull(ctx.caller, ctx.proj, subscription, {} if payload is None else payload)
+    found = ctx.svc.subscription_to_pull(ctx.caller, ctx.proj, subscription)  # 404, 403, 409 first
+    deliveries = ctx.svc.pull(ctx.proj, found, requests.pull_request(body()))
     return ok({"receivedMessages": [delivery_view(d) for d in deliveries]})
 
 
@@ -59,7 +61,8 @@ def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
     roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER, PUSH_WORKER),
 )
 def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
-    ctx.svc.acknowledge(ctx.proj, subscription, body())
+    found = ctx.svc.subscription(ctx.proj, subscription)
+    ctx.svc.acknowledge(ctx.proj, found, requests.ack_offsets(body(), ctx.proj.name, found.name))
     return ok({})
 
 
@@ -70,7 +73,7 @@ def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
     roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER),
 )
 def subs_modify_deadline(ctx: Ctx, project: str, subscription: str) -> Response:
-    ctx.svc.modify_ack_deadline(ctx.proj, subscription, body())
+    ctx.svc.modify_ack_deadline(ctx.proj, subscription, requests.ack_deadline(body()))
     return empty()
 
 
@@ -78,7 +81,7 @@ def subs_modify_deadline(ctx: Ctx, project: str, subscription: str) -> Response:
     SUBSCRIPTION + ":modifyPushConfig", "subscriptions:modifyPushConfig", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN)
 )
 def subs_modify_push(ctx: Ctx, project: str, subscription: str) -> Response:
-    ctx.svc.modify_push_config(ctx.proj, subscription, body())
+    ctx.svc.modify_push_config(ctx.proj, subscription, requests.push_change(body()))
     return empty()
 
 
@@ -102,7 +105,7 @@ def subs_offsets(ctx: Ctx, project: str, subscription: str) -> Response:
     SUBSCRIPTION + ":modifyOffset", "subscriptions:modifyOffset", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER)
 )
 def subs_modify_offset(ctx: Ctx, project: str, subscription: str) -> Response:
-    ctx.svc.modify_offset(ctx.proj, subscription, body())
+    ctx.svc.modify_offset(ctx.proj, subscription, requests.offset(body()))
     return empty()
 
 
@@ -120,5 +123,6 @@ def subs_acl(ctx: Ctx, project: str, subscription: str) -> Response:
 
 @add_route(SUBSCRIPTION + ":modifyAcl", "subscriptions:modifyAcl", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def subs_modify_acl(ctx: Ctx, project: str, subscription: str) -> Response:
-    ctx.svc.modify_sub_acl(ctx.proj, subscription, body())
+    found = ctx.svc.subscription(ctx.proj, subscription)
+    ctx.svc.set_subscription_acl(ctx.proj, found, requests.acl_names(body(), "Subscription"))
     return empty()

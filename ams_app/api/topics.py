@@ -7,6 +7,7 @@ from flask import Response
 from ams_app.api.pipeline import PROJECT, TOPIC, Ctx, add_route, body, empty, ok, page_answer, paging
 from ams_app.api.views import topic_view
 from ams_app.auth import PROJECT_ADMIN, PUBLISHER, SERVICE_ADMIN
+from ams_app.service import requests
 
 
 @add_route(PROJECT + "/topics", "topics:list", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN, PUBLISHER))
@@ -24,7 +25,7 @@ def topics_show(ctx: Ctx, project: str, topic: str) -> Response:
 
 @add_route(TOPIC, "topics:create", "PUT", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def topics_create(ctx: Ctx, project: str, topic: str) -> Response:
-    created = ctx.svc.create_topic(ctx.proj, topic, body())
+    created = ctx.svc.create_topic(ctx.proj, topic, requests.new_topic(body(), ctx.proj.name))
     return ok(topic_view(ctx.proj, created, ctx.svc.topic_schema_name(ctx.proj, created)))
 
 
@@ -36,7 +37,9 @@ def topics_delete(ctx: Ctx, project: str, topic: str) -> Response:
 
 @add_route(TOPIC + ":publish", "topics:publish", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN, PUBLISHER))
 def topics_publish(ctx: Ctx, project: str, topic: str) -> Response:
-    return ok({"messageIds": ctx.svc.publish(ctx.caller, ctx.proj, topic, body())})
+    found = ctx.svc.topic_to_publish(ctx.caller, ctx.proj, topic)  # 404 and 403 before the body
+    messages = requests.messages(body(), ctx.svc.settings)
+    return ok({"messageIds": ctx.svc.publish(ctx.proj, found, messages)})
 
 
 @add_route(TOPIC + ":acl", "topics:acl", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
@@ -46,7 +49,8 @@ def topics_acl(ctx: Ctx, project: str, topic: str) -> Response:
 
 @add_route(TOPIC + ":modifyAcl", "topics:modifyAcl", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def topics_modify_acl(ctx: Ctx, project: str, topic: str) -> Response:
-    ctx.svc.modify_topic_acl(ctx.proj, topic, body())
+    found = ctx.svc.topic(ctx.proj, topic)
+    ctx.svc.set_topic_acl(ctx.proj, found, requests.acl_names(body(), "Topic"))
     return empty()
 
 
@@ -58,7 +62,8 @@ def topics_subscriptions(ctx: Ctx, project: str, topic: str) -> Response:
 
 @add_route(TOPIC + ":attachSchema", "topics:attachSchema", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def topics_attach_schema(ctx: Ctx, project: str, topic: str) -> Response:
-    ctx.svc.attach_schema(ctx.proj, topic, body())
+    found = ctx.svc.topic(ctx.proj, topic)
+    ctx.svc.attach_schema(ctx.proj, found, requests.attached_schema(body(), ctx.proj.name))
     return empty()
 
 

@@ -22,6 +22,7 @@ from ams_app.api.views import user_view
 from ams_app.auth import ARGO_API_AUTHN, PUSH_WORKER, SERVICE_ADMIN
 from ams_app.errors import AmsError
 from ams_app.models import User
+from ams_app.service import requests
 
 
 def privileged(ctx: Ctx, user: User) -> Response:
@@ -62,12 +63,13 @@ def users_show(ctx: Ctx, user: str) -> Response:
 
 @add_route(USER, "users:create", "POST", roles=(SERVICE_ADMIN,))
 def users_create(ctx: Ctx, user: str) -> Response:
-    return privileged(ctx, ctx.svc.create_user(ctx.caller, user, body()))
+    return privileged(ctx, ctx.svc.create_user(ctx.caller, user, requests.new_user(body())))
 
 
 @add_route(USER, "users:update", "PUT", roles=(SERVICE_ADMIN,))
 def users_update(ctx: Ctx, user: str) -> Response:
-    return privileged(ctx, ctx.svc.update_user(user, body()))
+    found = ctx.svc.user(user)  # 404 before the body
+    return privileged(ctx, ctx.svc.update_user(found, requests.user_update(body())))
 
 
 @add_route(USER + ":refreshToken", "users:refreshToken", "POST", roles=(SERVICE_ADMIN,))

@@ -8,6 +8,7 @@ from typing import Any
 
 from cryptography import x509
 
+from ams_app.authn import requests
 from ams_app.authn.app import binding_view
 from ams_app.authn.service import AuthnService
 from ams_app.authn.x509 import subject_dn
@@ -29,11 +30,11 @@ def set_hosts(store: MetadataStore, service_type: str, hosts: list[str]) -> str:
     svc = AuthnService(store, None)
     st = store.get_service_type(name=service_type)
     if st is None:
-        svc.create_service_type({"name": service_type, "hosts": hosts, "type": "ams"})
+        svc.create_service_type(requests.new_service_type({"name": service_type, "hosts": hosts, "type": "ams"}))
         return f"changed: service type {service_type!r} created with hosts {', '.join(hosts)}"
     if st.hosts == hosts:
         return f"unchanged: service type {service_type!r} has hosts {', '.join(hosts)}"
-    svc.update_service_type(st.name, {"hosts": hosts})
+    svc.update_service_type(st, requests.service_type_update({"hosts": hosts}))
     return f"changed: service type {service_type!r} now has hosts {', '.join(hosts)} (had {', '.join(st.hosts)})"
 
 
@@ -47,9 +48,10 @@ def bind_dn(store: MetadataStore, args: argparse.Namespace) -> dict[str, Any]:
     dn = args.dn if args.dn is not None else dn_of_certificate(args.cert)
     st = store.get_service_type(name=args.service_type)
     if st is None:
-        svc.create_service_type({"name": args.service_type, "hosts": [args.host], "type": "ams"})
+        created = requests.new_service_type({"name": args.service_type, "hosts": [args.host], "type": "ams"})
+        svc.create_service_type(created)
     elif args.host not in st.hosts:
-        svc.update_service_type(st.name, {"hosts": [*st.hosts, args.host]})
+        svc.update_service_type(st, requests.service_type_update({"hosts": [*st.hosts, args.host]}))
     st = svc.service_type(args.service_type)
     body = {"service_uuid": st.uuid, "host": args.host, "auth_identifier": dn, "unique_key": user.uuid}
-    return binding_view(svc.create_binding(args.name, body))
+    return binding_view(svc.create_binding(requests.new_binding(args.name, body)))

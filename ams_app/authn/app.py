@@ -18,6 +18,7 @@ from werkzeug.http import HTTP_STATUS_CODES
 
 from ams_app import __version__
 from ams_app.api.pipeline import JSON_TYPE, MALFORMED, body, request_token
+from ams_app.authn import requests
 from ams_app.authn.service import AuthnService
 from ams_app.errors import AmsError
 from ams_app.errors_http import render
@@ -115,7 +116,7 @@ def list_service_types() -> Response:
 @bp.post("/service-types")
 @admin_only
 def create_service_type() -> Response:
-    return _ok(service_type_view(_svc().create_service_type(_body())), 201)
+    return _ok(service_type_view(_svc().create_service_type(requests.new_service_type(_body()))), 201)
 
 
 @bp.get("/service-types/<service_type>")
@@ -127,7 +128,10 @@ def show_service_type(service_type: str) -> Response:
 @bp.put("/service-types/<service_type>")
 @admin_only
 def update_service_type(service_type: str) -> Response:
-    return _ok(service_type_view(_svc().update_service_type(service_type, _body())))
+    raw = _body()  # a body that is not JSON is 400 first
+    svc = _svc()
+    found = svc.service_type(service_type)
+    return _ok(service_type_view(svc.update_service_type(found, requests.service_type_update(raw))))
 
 
 @bp.delete("/service-types/<service_type>")
@@ -168,7 +172,7 @@ def list_bindings() -> Response:
 @bp.post("/bindings/<binding>")
 @admin_only
 def create_binding(binding: str) -> Response:
-    return _ok(binding_view(_svc().create_binding(binding, _body())), 201)
+    return _ok(binding_view(_svc().create_binding(requests.new_binding(binding, _body()))), 201)
 
 
 @bp.get("/bindings/<binding>")
@@ -180,7 +184,10 @@ def show_binding(binding: str) -> Response:
 @bp.put("/bindings/<binding>")
 @admin_only
 def update_binding(binding: str) -> Response:
-    return _ok(binding_view(_svc().update_binding(binding, _body())))
+    raw = _body()  # a body that is not JSON is 400 first
+    svc = _svc()
+    found = svc.binding(binding)
+    return _ok(binding_view(svc.update_binding(found, requests.binding_changes(raw))))
 
 
 @bp.delete("/bindings/<binding>")

@@ -7,14 +7,20 @@ user deleted or a binding removed through any node is what the next call sees.""
 from __future__ import annotations
 
 import logging
-import re
 import uuid as uuidlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from cryptography import x509
 
+from ams_app.authn.requests import (
+    X509,
+    NewBinding,
+    NewServiceType,
+    ServiceTypeUpdate,
+    has_control,
+    invalid,
+)
 from ams_app.authn.x509 import CertificateRefused, TrustStore, original_dn, subject_dn
 from ams_app.backends.store import BindingWrite, InvalidPageToken, MetadataStore, Page
 from ams_app.errors import AmsError
@@ -23,15 +29,6 @@ from ams_app.service.validation import valid_name
 
 logger = logging.getLogger("ams.authn")
 
-#: The one authentication type this component implements.
-X509 = "x509"
-#: The service type kinds it hands tokens for: AMS itself.
-SERVICE_KINDS = ("ams",)
-#: Longest DN accepted in a binding (a certificate's subject is far shorter in practice).
-MAX_DN_LENGTH = 1024
-#: Longest host name (RFC 1035's 253, plus room for a port).
-MAX_HOST_LENGTH = 260
-_HOST_RE = re.compile(r"[A-Za-z0-9._-]+(:[0-9]{1,5})?")
 _MAX_PAGE_SIZE = 1000
 
 _REFUSED_MESSAGES = {
@@ -50,71 +47,6 @@ def now_text() -> str:
 
 def unauthorized(message: str) -> AmsError:
     return AmsError(401, message, "UNAUTHORIZED")
-
-
-def invalid(message: str) -> AmsError:
-    return AmsError(400, message, "INVALID_ARGUMENT")
-
-
-def has_control(value: str) -> bool:
-    """A control character (C0 or DEL): no name, host or DN of a binding holds one."""
-    return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value)
-
-
-def _object(body: Any, what: str) -> dict[str, Any]:
-    if not isinstance(body, dict):
-        raise invalid(f"The {what} must be a JSON object")
-    return body
-
-
-def _text(body: dict[str, Any], key: str, *, required: bool, limit: int = 200) -> str | None:
-    value = body.get(key)
-    if value is None:
-        if required:
-            raise invalid(f"Field {key!r} is required")
-        return None
-    if not isinstance(value, str):
-        raise invalid(f"Field {key!r} must be a string")
-    value = value.strip()
-    if required and not value:
-        raise invalid(f"Field {key!r} must not be empty")
-    if len(value) > limit:
-        raise invalid(f"Field {key!r} is longer than {limit} characters")
-    if has_control(value):
-        raise invalid(f"Field {key!r} holds a control character")
-    return value
-
-
-def _host(value: str) -> str:
-    if len(value) > MAX_HOST_LENGTH or not _HOST_RE.fullmatch(value):
-        raise invalid(f"Invalid host name {value!r}")
-    return value
-
-
-def _hosts(body: dict[str, Any], *, required: bool) -> list[str] | None:
-    value = body.get("hosts")
-    if value is None:
-        if required:
-            raise invalid("Field 'hosts' is required")
-        return None
-    if not isinstance(value, list) or not value or not all(isinstance(h, str) for h in value):
-        raise invalid("Field 'hosts' must be a non-empty list of host names")
-    hosts = [_host(h.strip()) for h in value]
-    if len(set(hosts)) != len(hosts):
-        raise invalid("Field 'hosts' names a host twice")
-    return hosts
-
-
-def _auth_types(body: dict[str, Any]) -> list[str] | None:
-    value = body.get("auth_types")
-    if value is None:
-        return None
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise invalid("Field 'auth_types' must be a list of strings")
-    unknown = [t for t in value if t != X509]
-    if unknown or not value:
-        raise invalid(f"Field 'auth_types': only {X509!r} is supported")
-    return [X509]
 
 
 class AuthnService:
@@ -182,43 +114,28 @@ class AuthnService:
     def service_types(self) -> list[ServiceType]:
         return self.store.list_service_types()
 
-    def create_service_type(self, body: Any) -> ServiceType:
-        body = _object(body, "service type")
-        name = _text(body, "name", required=True) or ""
-        if not valid_name(name):
-            raise AmsError.invalid_name("service type")
-        kind = _text(body, "type", required=False) or "ams"
-        if kind not in SERVICE_KINDS:
-            raise invalid(f"Field 'type': one of {', '.join(SERVICE_KINDS)}")
+    def create_service_type(self, request: NewServiceType) -> ServiceType:
         st = ServiceType(
             uuid=str(uuidlib.uuid4()),
-            name=name,
-            hosts=_hosts(body, required=True) or [],
-            auth_types=_auth_types(body) or [X509],
-            type=kind,
+            name=request.name,
+            hosts=request.hosts,
+            auth_types=request.auth_types,
+            type=request.type,
             created_on=now_text(),
         )
         if not self.store.create_service_type(st):
             raise AmsError.conflict("Service type")
         return st
 
-    def update_service_type(self, name: str, body: Any) -> ServiceType:
-        st = self._service_type(name)
-        body = _object(body, "service type")
-        new_name = _text(body, "name", required=False)
-        if new_name is not None:
-            if not valid_name(new_name):
-                raise AmsError.invalid_name("service type")
-            st.name = new_name
-        hosts = _hosts(body, required=False)
-        if hosts is not None:
-            st.hosts = hosts
-        auth_types = _auth_types(body)
-        if auth_types is not None:
-            st.auth_types = auth_types
-        kind = _text(body, "type", required=False)
-        if kind is not None and kind != st.type:
+    def update_service_type(self, st: ServiceType, request: ServiceTypeUpdate) -> ServiceType:
+        if request.type is not None and request.type != st.type:
             raise invalid("Field 'type' cannot be changed")
+        if request.name is not None:
+            st.name = request.name
+        if request.hosts is not None:
+            st.hosts = request.hosts
+        if request.auth_types is not None:
+            st.auth_types = request.auth_types
         st.updated_on = now_text()
         if not self.store.update_service_type(st):
             raise AmsError.conflict("Service type")
@@ -281,48 +198,25 @@ class AuthnService:
             raise AmsError.not_found("User")
         return binding
 
-    def create_binding(self, name: str, body: Any) -> Binding:
-        if not valid_name(name):
-            raise AmsError.invalid_name("binding")
-        body = _object(body, "binding")
-        auth_type = _text(body, "auth_type", required=False) or X509
-        if auth_type != X509:
-            raise invalid(f"Field 'auth_type': only {X509!r} is supported")
+    def create_binding(self, request: NewBinding) -> Binding:
         binding = Binding(
             uuid=str(uuidlib.uuid4()),
-            name=name,
-            service_uuid=_text(body, "service_uuid", required=True) or "",
-            host=_host(_text(body, "host", required=True) or ""),
-            auth_identifier=_text(body, "auth_identifier", required=True, limit=MAX_DN_LENGTH) or "",
-            unique_key=_text(body, "unique_key", required=True) or "",
-            auth_type=auth_type,
+            name=request.name,
+            service_uuid=request.service_uuid,
+            host=request.host,
+            auth_identifier=request.auth_identifier,
+            unique_key=request.unique_key,
+            auth_type=request.auth_type,
             created_on=now_text(),
         )
         self._written(self.store.create_binding(self._checked(binding)), binding)
         return binding
 
-    def update_binding(self, name: str, body: Any) -> Binding:
-        binding = self.binding(name)
-        body = _object(body, "binding")
-        new_name = _text(body, "name", required=False)
-        if new_name is not None and not valid_name(new_name):
-            raise AmsError.invalid_name("binding")
-        auth_type = _text(body, "auth_type", required=False)
-        if auth_type is not None and auth_type != X509:
-            raise invalid(f"Field 'auth_type': only {X509!r} is supported")
-        host = _text(body, "host", required=False)
-        changes = {
-            "name": new_name,
-            "service_uuid": _text(body, "service_uuid", required=False),
-            "host": _host(host) if host is not None else None,
-            "auth_identifier": _text(body, "auth_identifier", required=False, limit=MAX_DN_LENGTH),
-            "unique_key": _text(body, "unique_key", required=False),
-        }
+    def update_binding(self, binding: Binding, changes: dict[str, str]) -> Binding:
+        """Apply ``changes`` (ams_app/authn/requests.py ``binding_changes``) to a binding found."""
+        name = binding.name
         for key, value in changes.items():
-            if value is not None:
-                if not value:
-                    raise invalid(f"Field {key!r} must not be empty")
-                setattr(binding, key, value)
+            setattr(binding, key, value)
         binding.updated_on = now_text()
         self._written(self.store.update_binding(name, self._checked(binding)), binding)
         return binding

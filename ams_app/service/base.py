@@ -18,7 +18,7 @@ from ams_app.errors import AmsError
 from ams_app.models import Cursor, Project, Schema, Subscription, Topic, User
 from ams_app.service.owner import Owners
 from ams_app.service.usage import UsageCounters
-from ams_app.service.validation import as_object, opt_str_list, valid_name
+from ams_app.service.validation import valid_name
 from ams_app.settings import Settings
 from ams_app.timeutil import now_ns
 
@@ -176,13 +176,8 @@ class ServiceBase:
         except InvalidPageToken as exc:
             raise AmsError.invalid_data("Invalid page token") from exc
 
-    def _acl_users(self, project: Project, body: Any, what: str) -> list[str]:
-        bad = AmsError.invalid_argument(f"{what} ACL")
-        body = as_object(body, bad)
-        if "authorized_users" not in body:
-            raise bad
-        names = opt_str_list(body, "authorized_users", bad) or []
-        names = list(dict.fromkeys(names))
+    def _acl_users(self, project: Project, names: list[str]) -> list[str]:
+        """The uuids of the named users, each a member of the project; 404 names the others."""
         found: list[str] = []
         missing: list[str] = []
         for name in names:

@@ -3,42 +3,30 @@
 from __future__ import annotations
 
 import uuid as uuidlib
-from typing import Any
 
 from ams_app.auth import Caller
 from ams_app.backends.store import Page
 from ams_app.errors import AmsError
 from ams_app.models import Membership, Project, User
 from ams_app.service.base import topic_key
+from ams_app.service.requests import MembershipEntry, NewMember, ProjectUpdate, checked_roles
 from ams_app.service.users import UserOps
-from ams_app.service.validation import as_object, opt_str, opt_str_list, valid_name
 from ams_app.timeutil import now_ns
-
-_BAD_USER = AmsError.invalid_argument("User")
-_BAD_PROJECT = AmsError.invalid_argument("Project")
 
 
 class ProjectOps(UserOps):
-    def create_project(self, caller: Caller, name: str, body: Any) -> Project:
-        body = as_object(body, _BAD_PROJECT)
-        description = opt_str(body, "description", _BAD_PROJECT) or ""
+    def create_project(self, caller: Caller, name: str, description: str) -> Project:
         now = now_ns()
         project = Project(str(uuidlib.uuid4()), name, description, now, now, caller.uuid)
         if not self.store.create_project(project):
             raise AmsError.conflict("Project")
         return project
 
-    def update_project(self, project: Project, body: Any) -> Project:
-        bad = AmsError.invalid_request_body()
-        body = as_object(body, bad)
-        new_name = opt_str(body, "name", bad) or ""
-        description = opt_str(body, "description", bad)
-        if new_name and not valid_name(new_name):
-            raise AmsError.invalid_name("project")
-        if new_name:
-            project.name = new_name
-        if description:
-            project.description = description
+    def update_project(self, project: Project, request: ProjectUpdate) -> Project:
+        if request.name:
+            project.name = request.name
+        if request.description:
+            project.description = request.description
         project.modified_on = now_ns()
         if not self.store.update_project(project):
             raise AmsError.invalid_data("invalid project name change, name already exists")
@@ -50,25 +38,15 @@ class ProjectOps(UserOps):
             self.log.drop_topic(topic_key(project, topic_name))
 
     # --- members ------------------------------------------------------------------------------
-    def _roles_for(self, project: Project, body: dict[str, Any]) -> list[str] | None:
-        raw = body.get("projects")
-        if raw is None:
-            return None
-        if not isinstance(raw, list):
-            raise _BAD_USER
-        found: list[str] | None = None
-        for entry in raw:  # every entry must be well formed, not only the one for this project
-            entry = as_object(entry, _BAD_USER)
-            roles = opt_str_list(entry, "roles", _BAD_USER) or []
-            if opt_str(entry, "project", _BAD_USER) == project.name and found is None:
-                found = roles
-        return None if found is None else self._check_roles(found)
+    @staticmethod
+    def _roles_for(project: Project, entries: list[MembershipEntry] | None) -> list[str] | None:
+        """The roles of the first entry naming the project (checked), None when none names it."""
+        found = next((e.roles for e in entries or [] if e.project == project.name), None)
+        return None if found is None else checked_roles(found)
 
-    def create_member(self, caller: Caller, project: Project, name: str, body: Any) -> User:
-        body = as_object({} if body is None else body, _BAD_USER)
-        email = opt_str(body, "email", _BAD_USER) or ""
-        roles = self._roles_for(project, body) or []
-        return self._new_user(caller, name, email=email, projects=[Membership(project.uuid, roles)])
+    def create_member(self, caller: Caller, project: Project, name: str, request: NewMember) -> User:
+        roles = self._roles_for(project, request.projects) or []
+        return self._new_user(caller, name, email=request.email, projects=[Membership(project.uuid, roles)])
 
     def member(self, project: Project, name: str) -> User:
         user = self.store.get_user(name=name)
@@ -76,10 +54,7 @@ class ProjectOps(UserOps):
             raise AmsError.not_found("User")
         return user
 
-    def add_member(self, project: Project, name: str, body: Any) -> User:
-        bad = AmsError.invalid_request_body()
-        body = as_object(body if body is not None else {}, bad)
-        roles = self._check_roles(opt_str_list(body, "roles", bad) or [])
+    def add_member(self, project: Project, name: str, roles: list[str]) -> User:
         user = self.user(name)
         if user.membership(project.uuid) is not None:
             raise AmsError.generic_conflict("User is already a member of the project")
@@ -88,15 +63,14 @@ class ProjectOps(UserOps):
         self.store.update_user(user)
         return user
 
-    def update_member(self, project: Project, name: str, body: Any) -> User:
-        body = as_object(body, _BAD_USER)
+    def update_member(self, project: Project, name: str, entries: list[MembershipEntry] | None) -> User:
         user = self.user(name)
         membership = user.membership(project.uuid)
         if membership is None:
             raise AmsError.forbidden("User is not a member of the project")
-        roles = self._roles_for(project, body)
+        roles = self._roles_for(project, entries)
         if roles is None:
-            raise _BAD_USER
+            raise AmsError.invalid_argument("User")
         membership.roles = roles
         user.modified_on = now_ns()
         self.store.update_user(user)

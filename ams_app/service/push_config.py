@@ -1,9 +1,11 @@
-"""Push configuration: parse and validate ``pushConfig`` bodies (docs/push.md)."""
+"""Push configuration: ``pushConfig`` bodies read into a PushRequest (their shape), then built
+into the stored PushConfig (the rules, over the subscription's current one; docs/push.md)."""
 
 from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -43,28 +45,62 @@ def is_empty(raw: dict[str, Any]) -> bool:
     return empty(raw)
 
 
-def parse(raw: Any, old: PushConfig | None = None) -> PushConfig:
-    """Turn a ``pushConfig`` request object into a stored config (pull mode when empty)."""
+@dataclass(frozen=True)
+class PushRequest:
+    """A ``pushConfig`` object of a request, its fields typed; nothing checked beyond their shape."""
+
+    type: str = ""
+    push_endpoint: str = ""
+    max_messages: int = 0
+    base64_decode: bool = False
+    authorization_type: str = ""
+    retry_type: str = "linear"
+    retry_period: int = 0
+    mattermost_url: str = ""
+    mattermost_username: str = ""
+    mattermost_channel: str = ""
+
+
+def read(raw: Any) -> PushRequest | None:
+    """The shape of a ``pushConfig`` object: None (pull mode) when absent or empty."""
     if raw is None:
-        return PushConfig()
+        return None
     if not isinstance(raw, dict):
         raise _BAD
     if is_empty(raw):
-        return PushConfig()
-    kind = opt_str(raw, "type", _BAD) or ""
-    endpoint = opt_str(raw, "pushEndpoint", _BAD) or ""
-    max_messages = opt_int(raw, "maxMessages", _BAD) or 0
-    base64_decode = opt_bool(raw, "base64Decode", _BAD) or False
+        return None
     auth = raw.get("authorizationHeader") or {}
     retry = raw.get("retryPolicy") or {}
     if not isinstance(auth, dict) or not isinstance(retry, dict):
         raise _BAD
-    auth_type = opt_str(auth, "type", _BAD) or ""
-    retry_type = opt_str(retry, "type", _BAD) or "linear"
-    retry_period = opt_int(retry, "period", _BAD) or 0
-    mm_url = opt_str(raw, "mattermostUrl", _BAD) or ""
-    mm_user = opt_str(raw, "mattermostUsername", _BAD) or ""
-    mm_channel = opt_str(raw, "mattermostChannel", _BAD) or ""
+    return PushRequest(
+        type=opt_str(raw, "type", _BAD) or "",
+        push_endpoint=opt_str(raw, "pushEndpoint", _BAD) or "",
+        max_messages=opt_int(raw, "maxMessages", _BAD) or 0,
+        base64_decode=opt_bool(raw, "base64Decode", _BAD) or False,
+        authorization_type=opt_str(auth, "type", _BAD) or "",
+        retry_type=opt_str(retry, "type", _BAD) or "linear",
+        retry_period=opt_int(retry, "period", _BAD) or 0,
+        mattermost_url=opt_str(raw, "mattermostUrl", _BAD) or "",
+        mattermost_username=opt_str(raw, "mattermostUsername", _BAD) or "",
+        mattermost_channel=opt_str(raw, "mattermostChannel", _BAD) or "",
+    )
+
+
+def parse(raw: Any, old: PushConfig | None = None) -> PushConfig:
+    """A ``pushConfig`` request object, read and built at once (pull mode when empty)."""
+    return build(read(raw), old)
+
+
+def build(request: PushRequest | None, old: PushConfig | None = None) -> PushConfig:
+    """The stored config a request asks for, over ``old`` (the subscription's current one): an
+    endpoint that stays keeps its verification, an omitted header type keeps the old header."""
+    if request is None:
+        return PushConfig()
+    kind, endpoint, max_messages = request.type, request.push_endpoint, request.max_messages
+    base64_decode, auth_type = request.base64_decode, request.authorization_type
+    retry_type, retry_period = request.retry_type, request.retry_period
+    mm_url, mm_user, mm_channel = request.mattermost_url, request.mattermost_username, request.mattermost_channel
 
     if retry_type not in ("linear", "slowstart"):
         raise AmsError.invalid_data("Retry policy can only be of 'linear' or 'slowstart' type")

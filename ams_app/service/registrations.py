@@ -3,28 +3,22 @@
 from __future__ import annotations
 
 import uuid as uuidlib
-from typing import Any
 
 from ams_app import auth
 from ams_app.auth import Caller
 from ams_app.errors import AmsError
 from ams_app.models import Registration, User
 from ams_app.service.base import ServiceBase
-from ams_app.service.validation import as_object, opt_str, valid_name
+from ams_app.service.requests import NewRegistration
 from ams_app.timeutil import now_ns
 
-_BAD = AmsError.invalid_argument("User")
 FILTERS = ("status", "activation_token", "name", "email", "organization")
 _TEXT = ("email", "first_name", "last_name", "organization", "description")
 
 
 class RegistrationOps(ServiceBase):
-    def register(self, body: Any) -> Registration:
-        body = as_object(body, _BAD)
-        name = opt_str(body, "name", _BAD) or ""
-        if not valid_name(name):
-            raise AmsError.invalid_name("user")
-        texts = {key: opt_str(body, key, _BAD) or "" for key in _TEXT}
+    def register(self, request: NewRegistration) -> Registration:
+        name, texts = request.name, request.texts
         if self.store.get_user(name=name) is not None:
             raise AmsError.conflict("User")
         registration = Registration(
@@ -65,9 +59,7 @@ class RegistrationOps(ServiceBase):
         self.store.update_registration(registration)
         return user
 
-    def decline_registration(self, caller: Caller, uuid: str, body: Any) -> None:
-        body = as_object(body, AmsError.invalid_request_body())
-        comment = opt_str(body, "comment", AmsError.invalid_request_body()) or ""
+    def decline_registration(self, caller: Caller, uuid: str, comment: str) -> None:
         registration = self._pending(uuid)
         registration.status = "declined"
         registration.decline_comment = comment

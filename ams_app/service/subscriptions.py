@@ -4,7 +4,6 @@ replay (docs/compatibility.md, "Delivery semantics" in README.md)."""
 from __future__ import annotations
 
 import dataclasses
-import re
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -20,14 +19,11 @@ from ams_app.service import cursor as cur
 from ams_app.service import push_config
 from ams_app.service.base import topic_key
 from ams_app.service.push import PushOps, active
+from ams_app.service.push_config import PushRequest
+from ams_app.service.requests import NewSubscription, PullRequest
 from ams_app.service.usage import UsageCounters
-from ams_app.service.validation import as_object, opt_bool, opt_int, opt_str
 from ams_app.timeutil import now_ns, parse_iso8601_ns
 
-_BAD_SUB = AmsError.invalid_argument("Subscription")
-_BAD_DEADLINE = AmsError.invalid_argument("ackDeadlineSeconds(needs value between 0 and 600)")
-_BAD_PULL = AmsError.invalid_argument("Pull Parameters")
-_BAD_OFFSET = AmsError.invalid_argument("Offset")
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -41,27 +37,12 @@ class SubscriptionOps(PushOps):
     stopping: Event
     usage: UsageCounters
 
-    def _deadline(self, body: dict[str, Any], default: int | None) -> int:
-        value = opt_int(body, "ackDeadlineSeconds", _BAD_DEADLINE)
-        if value is None or value == 0:
-            if default is None:
-                return 0
-            return default
-        if not 0 <= value <= 600:
-            raise _BAD_DEADLINE
-        return value
-
-    def create_subscription(self, project: Project, name: str, body: Any) -> Subscription:
-        body = as_object(body, _BAD_SUB)
-        ref = opt_str(body, "topic", _BAD_SUB) or ""
-        parts = ref.split("/")
-        if len(parts) != 4 or parts[0] != "projects" or parts[2] != "topics" or parts[1] != project.name:
-            raise AmsError.invalid_name("Topic")
-        deadline = self._deadline(body, self.settings.default_ack_deadline)
-        config = push_config.parse(body.get("pushConfig"))
+    def create_subscription(self, project: Project, name: str, request: NewSubscription) -> Subscription:
+        deadline = self.settings.default_ack_deadline if request.ack_deadline is None else request.ack_deadline
+        config = push_config.build(request.push)
         if config.enabled and not self.settings.push_enabled:
             raise AmsError.generic_conflict("Push functionality is currently disabled")
-        topic = self.topic(project, parts[3])
+        topic = self.topic(project, request.topic)
         _, start = self.log.bounds(topic_key(project, topic.name))
         sub = Subscription(project.uuid, name, topic.name, deadline, config, now_ns(), [])
         if active(sub):  # mattermost: delivered from the start
@@ -96,22 +77,14 @@ class SubscriptionOps(PushOps):
         self.topic(project, name)
         return self.store.subscriptions_of_topic(project.uuid, name)
 
-    def modify_ack_deadline(self, project: Project, name: str, body: Any) -> None:
-        body = as_object(body, _BAD_DEADLINE)
-        if "ackDeadlineSeconds" not in body:
-            raise _BAD_DEADLINE
-        deadline = self._deadline(body, None)
+    def modify_ack_deadline(self, project: Project, name: str, seconds: int) -> None:
         sub = self.subscription(project, name)
-        sub.ack_deadline = deadline
+        sub.ack_deadline = seconds
         self.store.update_subscription(sub)
 
-    def modify_push_config(self, project: Project, name: str, body: Any) -> None:
-        body = as_object(body, _BAD_SUB)
-        raw = body.get("pushConfig")
-        if raw is not None and not isinstance(raw, dict):
-            raise _BAD_SUB
+    def modify_push_config(self, project: Project, name: str, request: PushRequest | None) -> None:
         sub = self.subscription(project, name)
-        config = push_config.parse(raw, sub.push)
+        config = push_config.build(request, sub.push)
         if config.enabled:
             self._check_push_enabled()
         was_active, was_push = active(sub), sub.push.enabled
@@ -126,18 +99,13 @@ class SubscriptionOps(PushOps):
         if was_active or active(sub):
             self.push_changed()
 
-    def modify_sub_acl(self, project: Project, name: str, body: Any) -> None:
-        sub = self.subscription(project, name)
-        sub.acl = self._acl_users(project, body, "Subscription")
+    def set_subscription_acl(self, project: Project, sub: Subscription, names: list[str]) -> None:
+        sub.acl = self._acl_users(project, names)
         self.store.update_subscription(sub)
 
     # --- pull and ack -------------------------------------------------------------------------
-    def _live_topic_key(self, project: Project, sub: Subscription) -> str:
-        if self.store.get_topic(project.uuid, sub.topic) is None:
-            raise AmsError.generic_conflict("Subscription's topic doesn't exist")
-        return topic_key(project, sub.topic)
-
-    def pull(self, caller: Caller, project: Project, name: str, body: Any) -> list[Delivery]:
+    def subscription_to_pull(self, caller: Caller, project: Project, name: str) -> Subscription:
+        """The subscription, if the caller may pull from it and its topic still exists."""
         sub = self.subscription(project, name)
         if sub.push.enabled:
             if not self.settings.push_enabled and caller.has(PUSH_WORKER):
@@ -146,12 +114,16 @@ class SubscriptionOps(PushOps):
                 raise AmsError.forbidden()
         if self._acl_applies(caller, CONSUMER) and caller.uuid not in sub.acl:
             raise AmsError.forbidden()
-        key = self._live_topic_key(project, sub)
-        body = as_object(body, _BAD_PULL)
-        max_messages = opt_int(body, "maxMessages", _BAD_PULL) or 1
-        max_messages = min(max(max_messages, 1), self.settings.max_pull_messages)
-        immediately = opt_bool(body, "returnImmediately", _BAD_PULL)
-        wait = 0.0 if immediately else self.settings.pull_wait_seconds
+        if self.store.get_topic(project.uuid, sub.topic) is None:
+            raise AmsError.generic_conflict("Subscription's topic doesn't exist")
+        return sub
+
+    def pull(self, project: Project, sub: Subscription, request: PullRequest) -> list[Delivery]:
+        """Lease up to maxMessages; without returnImmediately, wait up to pull_wait_seconds for
+        the first message."""
+        key = topic_key(project, sub.topic)
+        max_messages = min(request.max_messages, self.settings.max_pull_messages)
+        wait = 0.0 if request.return_immediately else self.settings.pull_wait_seconds
         give_up = time.monotonic() + wait
         while True:
             marker = self.log.marker(key)
@@ -233,22 +205,7 @@ class SubscriptionOps(PushOps):
         assert self.owners is not None
         self.owners.change(owned, lambda c: (cur.trim_lease(c, start, delivered_ns, end), None), durable=False)
 
-    _ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)$")
-
-    def acknowledge(self, project: Project, name: str, body: Any) -> None:
-        sub = self.subscription(project, name)
-        bad = AmsError.invalid_data("Invalid ack parameter")
-        body = as_object(body, bad)
-        ids = body.get("ackIds")
-        if not isinstance(ids, list) or not ids:
-            raise AmsError.invalid_data("Invalid ack id")
-        offsets: list[int] = []
-        for ack_id in ids:
-            match = self._ACK_ID.match(ack_id) if isinstance(ack_id, str) else None
-            if not match or match.group(1) != project.name or match.group(2) != sub.name:
-                raise AmsError.invalid_data("Invalid ack id")
-            offsets.append(int(match.group(3)))
-
+    def acknowledge(self, project: Project, sub: Subscription, offsets: list[int]) -> None:
         def ack(cursor: Cursor) -> tuple[Cursor | None, cur.AckError | None]:
             try:
                 return cur.acknowledge(cursor, offsets, now_ns()), None
@@ -279,11 +236,7 @@ class SubscriptionOps(PushOps):
         low, high, current = self.sub_offsets(project, self.subscription(project, name))
         return {"max": high, "min": low, "current": current}
 
-    def modify_offset(self, project: Project, name: str, body: Any) -> None:
-        body = as_object(body, _BAD_OFFSET)
-        offset = opt_int(body, "offset", _BAD_OFFSET)
-        if offset is None:
-            raise _BAD_OFFSET
+    def modify_offset(self, project: Project, name: str, offset: int) -> None:
         sub = self.subscription(project, name)
         low, high = self.log.bounds(topic_key(project, sub.topic))
         if not low <= offset <= high:

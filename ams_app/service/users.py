@@ -2,72 +2,47 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ams_app import auth
 from ams_app.auth import Caller
 from ams_app.backends.store import Page
 from ams_app.errors import AmsError
 from ams_app.models import Membership, User
 from ams_app.service.base import ServiceBase
-from ams_app.service.validation import as_object, opt_str, opt_str_list, valid_name
+from ams_app.service.requests import MembershipEntry, NewUser, UserUpdate, checked_roles
 from ams_app.timeutil import now_ns
-
-_BAD_USER = AmsError.invalid_argument("User")
 
 
 class UserOps(ServiceBase):
-    def _check_roles(self, roles: list[str]) -> list[str]:
-        for role in roles:
-            if role not in auth.VALID_ROLES:
-                raise AmsError.invalid_data(f"invalid role: {role}")
-        return list(dict.fromkeys(roles))
-
-    def _memberships(self, raw: Any) -> list[Membership]:
-        if not isinstance(raw, list):
-            raise _BAD_USER
+    def _memberships(self, entries: list[MembershipEntry]) -> list[Membership]:
+        """The memberships the entries name (entries naming no project are skipped): each
+        project exists and comes once, each role exists."""
         out: list[Membership] = []
         seen: set[str] = set()
-        for entry in raw:
-            entry = as_object(entry, _BAD_USER)
-            project_name = opt_str(entry, "project", _BAD_USER) or ""
-            roles = opt_str_list(entry, "roles", _BAD_USER) or []
-            if not project_name:
+        for entry in entries:
+            if not entry.project:
                 continue
-            project = self.store.get_project(name=project_name)
+            project = self.store.get_project(name=entry.project)
             if project is None:
-                raise AmsError.invalid_data(f"invalid project: {project_name}")
+                raise AmsError.invalid_data(f"invalid project: {entry.project}")
             if project.uuid in seen:
-                raise AmsError.invalid_data(f"duplicate reference of project {project_name}")
+                raise AmsError.invalid_data(f"duplicate reference of project {entry.project}")
             seen.add(project.uuid)
-            out.append(Membership(project.uuid, self._check_roles(roles)))
+            out.append(Membership(project.uuid, checked_roles(entry.roles)))
         return out
 
-    _USER_TEXT = ("email", "first_name", "last_name", "organization", "description")
+    def create_user(self, caller: Caller, name: str, request: NewUser) -> User:
+        memberships = self._memberships(request.projects)
+        return self._new_user(caller, name, service_roles=request.service_roles, projects=memberships, **request.texts)
 
-    def create_user(self, caller: Caller, name: str, body: Any) -> User:
-        body = as_object({} if body is None else body, _BAD_USER)
-        texts = {k: opt_str(body, k, _BAD_USER) or "" for k in self._USER_TEXT}
-        service_roles = self._check_roles(opt_str_list(body, "service_roles", _BAD_USER) or [])
-        memberships = self._memberships(body.get("projects") or [])
-        return self._new_user(caller, name, service_roles=service_roles, projects=memberships, **texts)
-
-    def update_user(self, name: str, body: Any) -> User:
-        user = self.user(name)
-        body = as_object(body, _BAD_USER)
-        new_name = opt_str(body, "name", _BAD_USER) or ""
-        if new_name and not valid_name(new_name):
-            raise AmsError.invalid_name("user")
-        for key in self._USER_TEXT:
-            value = opt_str(body, key, _BAD_USER)
-            if value:
-                setattr(user, key, value)
-        if body.get("service_roles") is not None:
-            user.service_roles = self._check_roles(opt_str_list(body, "service_roles", _BAD_USER) or [])
-        if body.get("projects") is not None:
-            user.projects = self._memberships(body["projects"])
-        if new_name:
-            user.name = new_name
+    def update_user(self, user: User, request: UserUpdate) -> User:
+        for key, value in request.texts.items():
+            setattr(user, key, value)
+        if request.service_roles is not None:
+            user.service_roles = request.service_roles
+        if request.projects is not None:
+            user.projects = self._memberships(request.projects)
+        if request.name:
+            user.name = request.name
         user.modified_on = now_ns()
         if not self.store.update_user(user):
             if self.store.get_user(uuid=user.uuid) is None:

@@ -1,0 +1,362 @@
+"""Typed requests: the input of each operation that takes a request body, parsed from the body's
+JSON at the HTTP edge (ams_app/api/) into values the service takes.
+
+A parser checks shape only: JSON types, required fields, names that must be well formed, and
+references ``projects/{project}/{kind}/{name}`` to the URL's project. It looks nothing up, so
+it can run before or after the route's lookups. Each raises the error the route has always
+answered a bad body with (docs/compatibility.md, openapi.yaml). Where a route looks a resource up
+before it reads the body (publish, pull, acknowledge, ACLs, attaching a schema, updating a user
+or a schema), its handler calls the parser after that lookup: the handler spells the route's
+order of checks, and the service method takes what was found and what was parsed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ams_app import auth
+from ams_app.backends.log import NewMessage
+from ams_app.errors import AmsError
+from ams_app.service import push_config, schema_check
+from ams_app.service.push_config import PushRequest
+from ams_app.service.validation import as_object, opt_bool, opt_int, opt_str, opt_str_list, valid_name
+from ams_app.settings import Settings
+
+_BAD_MESSAGE = AmsError.invalid_argument("Message")
+_BAD_SUB = AmsError.invalid_argument("Subscription")
+_BAD_DEADLINE = AmsError.invalid_argument("ackDeadlineSeconds(needs value between 0 and 600)")
+_BAD_PULL = AmsError.invalid_argument("Pull Parameters")
+_BAD_OFFSET = AmsError.invalid_argument("Offset")
+_BAD_USER = AmsError.invalid_argument("User")
+_BAD_PROJECT = AmsError.invalid_argument("Project")
+_BAD_SCHEMA = AmsError.invalid_argument("Schema")
+_USER_TEXT = ("email", "first_name", "last_name", "organization", "description")
+_ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)$")
+
+
+def _bad_body() -> AmsError:
+    return AmsError.invalid_request_body()
+
+
+def _object_or_empty(raw: Any, error: AmsError) -> dict[str, Any]:
+    """An object; an empty body counts as ``{}``."""
+    return as_object({} if raw is None else raw, error)
+
+
+# --- references ---------------------------------------------------------------------------------
+def schema_ref(project_name: str, ref: Any) -> str:
+    """``projects/{project}/schemas/{name}`` -> name (the project must be the URL's)."""
+    parts = ref.split("/") if isinstance(ref, str) else []
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "schemas" or parts[1] != project_name or not parts[3]:
+        raise AmsError.invalid_data("wrong schema name declaration")
+    return parts[3]
+
+
+def topic_ref(project_name: str, ref: str) -> str:
+    """``projects/{project}/topics/{name}`` -> name (the project must be the URL's)."""
+    parts = ref.split("/")
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "topics" or parts[1] != project_name:
+        raise AmsError.invalid_name("Topic")
+    return parts[3]
+
+
+# --- topics -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NewTopic:
+    schema: str  # the name of the schema its messages must satisfy; "" for none
+
+
+def new_topic(raw: Any, project_name: str) -> NewTopic:
+    body = _object_or_empty(raw, _bad_body())
+    if not all(isinstance(v, str) for v in body.values()):
+        raise _bad_body()
+    ref = body.get("schema") or ""
+    return NewTopic(schema_ref(project_name, ref) if ref else "")
+
+
+def messages(raw: Any, limits: Settings) -> list[NewMessage]:
+    """A publish body: its messages, each with data (base64, checked) or attributes, in limits."""
+    body = as_object(raw, _BAD_MESSAGE)
+    items = body.get("messages")
+    if not isinstance(items, list):
+        raise _BAD_MESSAGE
+    if len(items) > limits.max_publish_messages:
+        raise AmsError.invalid_data(f"Too many messages in one request (the limit is {limits.max_publish_messages})")
+    return [_message(index, item, limits) for index, item in enumerate(items)]
+
+
+def _message(index: int, item: Any, limits: Settings) -> NewMessage:
+    item = as_object(item, _BAD_MESSAGE)
+    data = item.get("data", "")
+    attributes = item.get("attributes") or {}
+    if not isinstance(data, str) or not isinstance(attributes, dict):
+        raise _BAD_MESSAGE
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
+        raise _BAD_MESSAGE
+    if len(attributes) > limits.max_attributes:
+        raise AmsError.invalid_data(f"Message {index} has too many attributes (the limit is {limits.max_attributes})")
+    try:
+        decoded = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise AmsError.invalid_data(f"Message {index} is not in valid base64 encoding") from exc
+    if not decoded and not attributes:
+        raise AmsError.invalid_data(f"Message {index} has neither data nor attributes")
+    size = len(decoded) + sum(len(k.encode()) + len(v.encode()) for k, v in attributes.items())
+    if size > limits.max_message_bytes:
+        raise AmsError.too_large()
+    return NewMessage(data, dict(attributes))
+
+
+def acl_names(raw: Any, what: str) -> list[str]:
+    """A modifyAcl body: the user names, each once, in the order given."""
+    bad = AmsError.invalid_argument(f"{what} ACL")
+    body = as_object(raw, bad)
+    if "authorized_users" not in body:
+        raise bad
+    return list(dict.fromkeys(opt_str_list(body, "authorized_users", bad) or []))
+
+
+def attached_schema(raw: Any, project_name: str) -> str:
+    """An attachSchema body: the schema's name; "" (no schema) when it names none."""
+    body = _object_or_empty(raw, _bad_body())
+    ref = opt_str(body, "schema", _bad_body()) or ""
+    return schema_ref(project_name, ref) if ref else ""
+
+
+# --- subscriptions ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NewSubscription:
+    topic: str
+    ack_deadline: int | None  # None: the configured default
+    push: PushRequest | None  # None: pull mode
+
+
+def _deadline(body: dict[str, Any]) -> int | None:
+    """ackDeadlineSeconds in 0..600; None when absent or 0."""
+    value = opt_int(body, "ackDeadlineSeconds", _BAD_DEADLINE)
+    if not value:
+        return None
+    if not 0 <= value <= 600:
+        raise _BAD_DEADLINE
+    return value
+
+
+def new_subscription(raw: Any, project_name: str) -> NewSubscription:
+    body = as_object(raw, _BAD_SUB)
+    topic = topic_ref(project_name, opt_str(body, "topic", _BAD_SUB) or "")
+    deadline = _deadline(body)
+    return NewSubscription(topic, deadline, push_config.read(body.get("pushConfig")))
+
+
+def ack_deadline(raw: Any) -> int:
+    """A modifyAckDeadline body: the deadline in seconds (0: none)."""
+    body = as_object(raw, _BAD_DEADLINE)
+    if "ackDeadlineSeconds" not in body:
+        raise _BAD_DEADLINE
+    return _deadline(body) or 0
+
+
+def push_change(raw: Any) -> PushRequest | None:
+    """A modifyPushConfig body: the new push configuration; None turns push off."""
+    body = as_object(raw, _BAD_SUB)
+    return push_config.read(body.get("pushConfig"))
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    max_messages: int  # at least 1 (the service caps it)
+    return_immediately: bool
+
+
+def pull_request(raw: Any) -> PullRequest:
+    body = _object_or_empty(raw, _BAD_PULL)
+    max_messages = opt_int(body, "maxMessages", _BAD_PULL) or 1
+    return PullRequest(max(max_messages, 1), bool(opt_bool(body, "returnImmediately", _BAD_PULL)))
+
+
+def ack_offsets(raw: Any, project_name: str, sub_name: str) -> list[int]:
+    """An acknowledge body: the offsets its ackIds name (ack ids of this subscription only)."""
+    body = as_object(raw, AmsError.invalid_data("Invalid ack parameter"))
+    ids = body.get("ackIds")
+    if not isinstance(ids, list) or not ids:
+        raise AmsError.invalid_data("Invalid ack id")
+    offsets: list[int] = []
+    for ack_id in ids:
+        match = _ACK_ID.match(ack_id) if isinstance(ack_id, str) else None
+        if not match or match.group(1) != project_name or match.group(2) != sub_name:
+            raise AmsError.invalid_data("Invalid ack id")
+        offsets.append(int(match.group(3)))
+    return offsets
+
+
+def offset(raw: Any) -> int:
+    """A modifyOffset body: the offset to move to."""
+    body = as_object(raw, _BAD_OFFSET)
+    found = opt_int(body, "offset", _BAD_OFFSET)
+    if found is None:
+        raise _BAD_OFFSET
+    return found
+
+
+# --- users, projects and members ----------------------------------------------------------------
+def checked_roles(roles: list[str]) -> list[str]:
+    """Roles that exist, each once."""
+    for role in roles:
+        if role not in auth.VALID_ROLES:
+            raise AmsError.invalid_data(f"invalid role: {role}")
+    return list(dict.fromkeys(roles))
+
+
+@dataclass(frozen=True)
+class MembershipEntry:
+    project: str  # a project's name, "" when the entry names none
+    roles: list[str]  # as given: checked once the project is known
+
+
+def _memberships(raw: Any) -> list[MembershipEntry]:
+    if not isinstance(raw, list):
+        raise _BAD_USER
+    entries: list[MembershipEntry] = []
+    for item in raw:
+        entry = as_object(item, _BAD_USER)
+        project = opt_str(entry, "project", _BAD_USER) or ""
+        entries.append(MembershipEntry(project, opt_str_list(entry, "roles", _BAD_USER) or []))
+    return entries
+
+
+def _texts(body: dict[str, Any]) -> dict[str, str]:
+    return {key: opt_str(body, key, _BAD_USER) or "" for key in _USER_TEXT}
+
+
+@dataclass(frozen=True)
+class NewUser:
+    texts: dict[str, str]  # email, first_name, last_name, organization, description
+    service_roles: list[str]
+    projects: list[MembershipEntry]
+
+
+def new_user(raw: Any) -> NewUser:
+    body = _object_or_empty(raw, _BAD_USER)
+    texts = _texts(body)
+    service_roles = checked_roles(opt_str_list(body, "service_roles", _BAD_USER) or [])
+    return NewUser(texts, service_roles, _memberships(body.get("projects") or []))
+
+
+@dataclass(frozen=True)
+class UserUpdate:
+    name: str  # the new name, "" to keep it
+    texts: dict[str, str]  # the fields to change (only those given, not empty)
+    service_roles: list[str] | None  # None: unchanged
+    projects: list[MembershipEntry] | None  # None: unchanged
+
+
+def user_update(raw: Any) -> UserUpdate:
+    body = as_object(raw, _BAD_USER)
+    name = opt_str(body, "name", _BAD_USER) or ""
+    if name and not valid_name(name):
+        raise AmsError.invalid_name("user")
+    texts = {key: value for key, value in _texts(body).items() if value}
+    service_roles = None
+    if body.get("service_roles") is not None:
+        service_roles = checked_roles(opt_str_list(body, "service_roles", _BAD_USER) or [])
+    projects = _memberships(body["projects"]) if body.get("projects") is not None else None
+    return UserUpdate(name, texts, service_roles, projects)
+
+
+@dataclass(frozen=True)
+class NewMember:
+    email: str
+    projects: list[MembershipEntry] | None  # the entry of the URL's project carries the roles
+
+
+def new_member(raw: Any) -> NewMember:
+    body = _object_or_empty(raw, _BAD_USER)
+    email = opt_str(body, "email", _BAD_USER) or ""
+    return NewMember(email, _memberships(body["projects"]) if body.get("projects") is not None else None)
+
+
+def member_update(raw: Any) -> list[MembershipEntry] | None:
+    """A member's update: the ``projects`` entries (the URL project's one carries the roles)."""
+    body = as_object(raw, _BAD_USER)
+    return _memberships(body["projects"]) if body.get("projects") is not None else None
+
+
+def member_roles(raw: Any) -> list[str]:
+    """An existing user added to a project: the roles there."""
+    body = _object_or_empty(raw, _bad_body())
+    return checked_roles(opt_str_list(body, "roles", _bad_body()) or [])
+
+
+def project_description(raw: Any) -> str:
+    """A new project's description."""
+    return opt_str(as_object(raw, _BAD_PROJECT), "description", _BAD_PROJECT) or ""
+
+
+@dataclass(frozen=True)
+class ProjectUpdate:
+    name: str  # the new name, "" to keep it
+    description: str | None  # None or "": unchanged
+
+
+def project_update(raw: Any) -> ProjectUpdate:
+    body = as_object(raw, _bad_body())
+    name = opt_str(body, "name", _bad_body()) or ""
+    description = opt_str(body, "description", _bad_body())
+    if name and not valid_name(name):
+        raise AmsError.invalid_name("project")
+    return ProjectUpdate(name, description)
+
+
+# --- registrations ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NewRegistration:
+    name: str
+    texts: dict[str, str]  # email, first_name, last_name, organization, description
+
+
+def new_registration(raw: Any) -> NewRegistration:
+    body = as_object(raw, _BAD_USER)
+    name = opt_str(body, "name", _BAD_USER) or ""
+    if not valid_name(name):
+        raise AmsError.invalid_name("user")
+    return NewRegistration(name, _texts(body))
+
+
+def decline_comment(raw: Any) -> str:
+    body = as_object(raw, _bad_body())
+    return opt_str(body, "comment", _bad_body()) or ""
+
+
+# --- schemas ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NewSchema:
+    type: str  # "json" or "avro"
+    schema: Any  # the schema document (compiled by the service)
+
+
+def new_schema(raw: Any) -> NewSchema:
+    body = as_object(raw, _BAD_SCHEMA)
+    if "schema" not in body:
+        raise _BAD_SCHEMA
+    return NewSchema(schema_check.check_type(body.get("type")), body["schema"])
+
+
+@dataclass(frozen=True)
+class SchemaUpdate:
+    name: str | None  # None: each unchanged
+    type: str | None
+    schema: Any
+    replaces_schema: bool  # whether ``schema`` is given (it may be JSON null)
+
+
+def schema_update(raw: Any, project_name: str) -> SchemaUpdate:
+    body = as_object(raw, _BAD_SCHEMA)
+    if not body or not {"name", "type", "schema"} & set(body):
+        raise _BAD_SCHEMA
+    name = schema_ref(project_name, body["name"]) if "name" in body else None
+    kind = schema_check.check_type(body["type"]) if "type" in body else None
+    return SchemaUpdate(name, kind, body.get("schema"), "schema" in body)
