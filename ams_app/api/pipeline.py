@@ -69,9 +69,9 @@ def request_token() -> str:
 
 
 class Malformed:
-    """Stands for a body that is not JSON. It is no JSON object, so the service layer rejects
-    it with the route's own error, at the point of the route's check order where the body is
-    looked at."""
+    """Stands for a body that is not JSON. It is no JSON object, so the route's parser
+    (ams_app/service/requests.py) rejects it with the route's own error, at the point of the
+    route's order of checks where its handler parses the body."""
 
 
 MALFORMED = Malformed()
