@@ -19,6 +19,7 @@ from ams_app.models import Project
 from ams_app.service.core import AmsService
 from ams_app.service.owner import ForwardTo
 from ams_app.service.validation import valid_name
+from ams_app.timeutil import now_ns
 
 JSON_TYPE = "application/json; charset=utf-8"
 
@@ -150,6 +151,16 @@ def authenticate(route: str, roles: frozenset[str], view_args: dict[str, str]) -
     return Ctx(svc, caller, project)
 
 
+#: Where a request's arrival at this node is kept (nanoseconds, ``received_ns``).
+_RECEIVED_AT = "ams.received_ns"
+
+
+def received_ns() -> int:
+    """When this request reached this node, before anything (a wait for a subscription's new
+    owner included) could hold it up."""
+    return int(request.environ.get(_RECEIVED_AT) or now_ns())
+
+
 #: Routes that change a subscription's cursor: with consume_owner, served by its owner.
 OWNED_ROUTES = frozenset(
     {"subscriptions:pull", "subscriptions:acknowledge", "subscriptions:offsets", "subscriptions:modifyOffset"}
@@ -196,6 +207,7 @@ def add_route(
 
     def register(handler: Callable[..., Response]) -> Callable[..., Response]:
         def view(**view_args: str) -> Response:
+            request.environ.setdefault(_RECEIVED_AT, now_ns())  # kept when served again after a wait
             metadata = service().metadata
             with metadata.view() if metadata is not None else contextlib.nullcontext():
                 if route in OWNED_ROUTES:

@@ -6,7 +6,18 @@ from typing import Any
 
 from flask import Response, request
 
-from ams_app.api.pipeline import PROJECT, SUBSCRIPTION, Ctx, add_route, body, empty, ok, page_answer, paging
+from ams_app.api.pipeline import (
+    PROJECT,
+    SUBSCRIPTION,
+    Ctx,
+    add_route,
+    body,
+    empty,
+    ok,
+    page_answer,
+    paging,
+    received_ns,
+)
 from ams_app.api.views import delivery_view, sub_view
 from ams_app.auth import CONSUMER, PROJECT_ADMIN, PUSH_WORKER, SERVICE_ADMIN
 from ams_app.models import Subscription
@@ -62,7 +73,8 @@ def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
 )
 def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
     found = ctx.svc.subscription(ctx.proj, subscription)
-    ctx.svc.acknowledge(ctx.proj, found, requests.ack_offsets(body(), ctx.proj.name, found.name))
+    offsets = requests.ack_offsets(body(), ctx.proj.name, found.name)
+    ctx.svc.acknowledge(ctx.proj, found, offsets, received_ns())
     return ok({})
 
 

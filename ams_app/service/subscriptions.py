@@ -205,10 +205,13 @@ class SubscriptionOps(PushOps):
         assert self.owners is not None
         self.owners.change(owned, lambda c: (cur.trim_lease(c, start, delivered_ns, end), None), durable=False)
 
-    def acknowledge(self, project: Project, sub: Subscription, offsets: list[int]) -> None:
+    def acknowledge(self, project: Project, sub: Subscription, offsets: list[int], received_ns: int) -> None:
+        """Acknowledge ``offsets``; in time when the request came in (``received_ns``) before its
+        lease expired, however long it then waited (for a subscription's owner to change hands)."""
+
         def ack(cursor: Cursor) -> tuple[Cursor | None, cur.AckError | None]:
             try:
-                return cur.acknowledge(cursor, offsets, now_ns()), None
+                return cur.acknowledge(cursor, offsets, received_ns), None
             except cur.AckError as exc:  # store what it dropped (expired leases), then report
                 return (None if exc.cursor is cursor else exc.cursor), exc
 
