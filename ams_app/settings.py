@@ -1,67 +1,176 @@
-"""One typed settings object: defaults <- YAML file <- ``AMS_*`` environment <- command line."""
+"""One typed settings object: defaults <- YAML file <- ``AMS_*`` environment <- command line.
+
+Each setting's legal values are declared once, on its field: ``setting(default, choices=...)`` or
+``setting(default, at_least=..., above=..., at_most=...)`` keeps a ``Constraint`` in the field's
+metadata. ``Settings.validate()`` checks every declared constraint in one loop, then the rules
+that tie several settings together, which it spells out by hand. The same ``Constraint`` words
+the legal values for the table of docs/configuration.md (``tests/unit/ams_app/test_docs.py``) and
+is compared with the ams role's argument specs (``tests/static/test_settings_specs.py``).
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+
+_T = TypeVar("_T")
+#: The key of a field's metadata that holds its Constraint.
+_CONSTRAINT = "constraint"
 
 
 class SettingsError(ValueError):
     """A setting has a value of the wrong type or out of range."""
 
 
+@dataclass(frozen=True)
+class Constraint:
+    """The legal values of one setting: a list of strings, or a range of numbers.
+
+    ``describe()`` is the one wording of them: in ``validate()``'s message, in the configuration
+    table of docs/configuration.md (with ``markdown=True``), and in the tests that hold the role's
+    argument specs to it.
+    """
+
+    #: The accepted strings, in the order they are shown; empty for a numeric setting.
+    choices: tuple[str, ...] = ()
+    #: The choices match in any case (the reader of the setting upper-cases the value).
+    ignore_case: bool = False
+    #: Smallest accepted number (excluded when low_exclusive); None: no lower bound.
+    low: float | None = None
+    #: Largest accepted number (included); None: no upper bound.
+    high: float | None = None
+    low_exclusive: bool = False
+
+    def __post_init__(self) -> None:
+        ranged = self.low is not None or self.high is not None
+        if bool(self.choices) == ranged:
+            raise TypeError("a Constraint has choices or bounds, one of the two")
+        if self.ignore_case and not self.choices:
+            raise TypeError("ignore_case applies to choices")
+        if self.low_exclusive and self.low is None:
+            raise TypeError("low_exclusive needs low")
+        if self.low is not None and self.high is not None and self.low >= self.high:
+            raise TypeError(f"empty range: {self.low} to {self.high}")
+
+    def allows(self, value: object) -> bool:
+        """Whether ``value`` (already of the setting's type) is legal."""
+        if self.choices:
+            if not isinstance(value, str):
+                return False
+            if self.ignore_case:
+                return value.upper() in {choice.upper() for choice in self.choices}
+            return value in self.choices
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        # written so that NaN, which compares false with everything, is refused
+        if self.low is not None and not (self.low < value if self.low_exclusive else self.low <= value):
+            return False
+        return self.high is None or value <= self.high
+
+    def describe(self, markdown: bool = False) -> str:
+        """The legal values in words, e.g. ``token, open or off``, ``between 1 and 65535``,
+        ``at least 0``, ``more than 0``; with ``markdown`` the choices are in backticks."""
+        if self.choices:
+            shown = [f"`{choice}`" if markdown else choice for choice in self.choices]
+            text = " or ".join(shown) if len(shown) < 3 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+            return f"{text} (any case)" if self.ignore_case else text
+        low, high = _number(self.low), _number(self.high)
+        if self.low is not None and self.high is not None and not self.low_exclusive:
+            return f"between {low} and {high}"
+        words = []
+        if self.low is not None:
+            words.append(f"more than {low}" if self.low_exclusive else f"at least {low}")
+        if self.high is not None:
+            words.append(f"at most {high}")
+        return " and ".join(words)
+
+
+def _number(bound: float | None) -> str:
+    if isinstance(bound, float) and bound.is_integer():
+        return str(int(bound))
+    return str(bound)
+
+
+def setting(
+    default: _T,
+    *,
+    choices: tuple[str, ...] = (),
+    ignore_case: bool = False,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+) -> _T:
+    """A field of ``Settings`` with its legal values: ``choices`` (``ignore_case`` to match in any
+    case), or bounds: ``at_least`` (included) or ``above`` (excluded), and ``at_most`` (included)."""
+    if at_least is not None and above is not None:
+        raise TypeError("setting(): give at_least or above, not both")
+    rule = Constraint(
+        choices=choices,
+        ignore_case=ignore_case,
+        low=above if above is not None else at_least,
+        high=at_most,
+        low_exclusive=above is not None,
+    )
+    return field(default=default, metadata={_CONSTRAINT: rule})
+
+
 @dataclass
 class Settings:
+    """Every AMS setting: a ``#:`` comment, then ``name: type = default``, or with legal values
+    ``name: type = setting(default, choices=(...))`` or ``setting(default, at_least=1, at_most=600)``
+    (numbers always declare theirs); and a row in docs/configuration.md, whose "Allowed:" sentence
+    is ``constraint(name).describe(markdown=True)``."""
+
     # --- listening -------------------------------------------------------------------------
     #: Address to bind; keep it private behind a load balancer.
     host: str = "127.0.0.1"
     #: TCP port of the API.
-    port: int = 8080
+    port: int = setting(8080, at_least=1, at_most=65535)
     #: PEM certificate and key: when both are set the service speaks HTTPS itself.
     tls_cert: str | None = None
     tls_key: str | None = None
     #: Client connections held at once (each long-poll pull holds one). At the limit, a new
     #: connection closes the oldest idle one (no request under way); when every one is busy it
     #: gets 503 at once.
-    max_connections: int = 1000
+    max_connections: int = setting(1000, at_least=1)
     #: Seconds a connection may stay silent (idle keep-alive, or a request trickling in).
-    client_timeout: float = 60.0
+    client_timeout: float = setting(60.0, above=0)
     #: Seconds from a request's first byte to the end of its headers, however they trickle in.
-    request_head_timeout: float = 10.0
+    request_head_timeout: float = setting(10.0, above=0)
     #: Seconds to receive a request's whole body, however it trickles in.
-    request_body_timeout: float = 60.0
+    request_body_timeout: float = setting(60.0, above=0)
     #: Seconds that in-flight requests get to finish after SIGTERM.
-    shutdown_timeout: float = 15.0
+    shutdown_timeout: float = setting(15.0, at_least=0)
     #: Seconds an idle keep-alive connection stays open after SIGTERM (at most shutdown_timeout), so
     #: that a proxy reusing connections to this node sees it stop before the connection goes.
-    shutdown_idle_seconds: float = 8.0
+    shutdown_idle_seconds: float = setting(8.0, at_least=0)
     #: Name of this node in the operational metrics (default: the host name).
     node_name: str = ""
     #: Seconds between flushes of the usage counters to the store (a crash loses at most this much).
-    metrics_flush_seconds: float = 2.0
+    metrics_flush_seconds: float = setting(2.0, above=0)
     #: Who may read the Prometheus text at /metrics: ``token`` (service_admin or metrics_viewer),
     #: ``open`` (anyone who reaches the port) or ``off``.
-    prometheus_access: str = "token"
+    prometheus_access: str = setting("token", choices=("token", "open", "off"))
     #: At most this many series per per-topic or per-subscription family on the Prometheus page
     #: (the largest first; per-project figures are always whole; docs/monitoring.md). 0: none.
-    prometheus_series_limit: int = 500
+    prometheus_series_limit: int = setting(500, at_least=0)
     #: Host name reported by /v1/version (omitted when empty).
     proxy_hostname: str = ""
 
     # --- backend ---------------------------------------------------------------------------
     #: Which backend pair to use: ``embedded`` keeps everything in SQLite under data_dir;
     #: ``kafka`` keeps messages in Apache Kafka and metadata in MongoDB.
-    backend: str = "embedded"
+    backend: str = setting("embedded", choices=("embedded", "kafka"))
     #: Where the embedded backend keeps its databases.
     data_dir: str = "/var/lib/ams"
     #: Messages older than this are removed from the embedded log (0 keeps them for ever).
-    log_retention_seconds: int = 7 * 24 * 3600
+    log_retention_seconds: int = setting(7 * 24 * 3600, at_least=0)
 
     #: MongoDB connection string (backend kafka); credentials may go in it (keep the file 0640).
     mongo_uri: str = "mongodb://127.0.0.1:27017"
@@ -74,33 +183,36 @@ class Settings:
     #: ZooKeeper path under which Kafka keeps its znodes (its chroot), e.g. /kafka.
     kafka_znode: str = ""
     #: Replication factor of the Kafka topics AMS creates.
-    kafka_replication_factor: int = 1
+    kafka_replication_factor: int = setting(1, at_least=1)
     #: Seconds a Kafka operation may take before the request fails with 503.
-    kafka_timeout_seconds: float = 30.0
+    kafka_timeout_seconds: float = setting(30.0, above=0)
 
     # --- auth ------------------------------------------------------------------------------
     #: Bootstrap key that acts as a service admin; empty disables it.
     service_token: str = ""
     #: Enforce per-topic and per-subscription ACLs for publishers and consumers.
     per_resource_auth: bool = True
+    #: Keyring file whose keys seal users' tokens in the metadata store, readable by the service
+    #: only (docs/production.md, "Tokens at rest"); empty: tokens are kept in clear.
+    token_key_file: str = ""
 
     # --- messaging -------------------------------------------------------------------------
     #: Longest time a pull with returnImmediately=false waits for messages (seconds).
-    pull_wait_seconds: float = 10.0
+    pull_wait_seconds: float = setting(10.0, at_least=0)
     #: Ack deadline given to subscriptions created without one (seconds).
-    default_ack_deadline: int = 10
+    default_ack_deadline: int = setting(10, at_least=1, at_most=600)
     #: Most messages one pull returns.
-    max_pull_messages: int = 1000
+    max_pull_messages: int = setting(1000, at_least=1)
     #: Most payload bytes one pull returns (at least one message is always returned).
-    max_pull_bytes: int = 10 * 1024 * 1024
+    max_pull_bytes: int = setting(10 * 1024 * 1024, at_least=1)
     #: Largest message accepted: decoded data plus attribute keys and values (bytes).
-    max_message_bytes: int = 1024 * 1024
+    max_message_bytes: int = setting(1024 * 1024, at_least=1)
     #: Most messages in one publish request.
-    max_publish_messages: int = 1000
+    max_publish_messages: int = setting(1000, at_least=1)
     #: Largest request body accepted (bytes).
-    max_request_bytes: int = 10 * 1024 * 1024
+    max_request_bytes: int = setting(10 * 1024 * 1024, at_least=1)
     #: Most attributes on one message.
-    max_attributes: int = 100
+    max_attributes: int = setting(100, at_least=1)
     # --- consumption on several nodes (backend kafka) ----------------------------------------
     #: Backend kafka with zookeeper_hosts: each node caches the users, projects, topics and
     #: subscriptions that requests look up, and checks one ZooKeeper znode per request for
@@ -119,7 +231,7 @@ class Settings:
     #: ZooKeeper session timeout of a node as an owner (seconds): how soon a dead node's
     #: subscriptions move to another; an owner that cannot confirm its session within a third of
     #: it stops handing out leases.
-    consume_session_seconds: float = 6.0
+    consume_session_seconds: float = setting(6.0, above=0)
     #: PEM bundle of the CAs that other nodes' certificates are verified against when a request
     #: is forwarded over HTTPS (empty: the system's).
     forward_ca_file: str = ""
@@ -129,38 +241,38 @@ class Settings:
     push_enabled: bool = True
     #: Where push deliveries run: ``in-process`` (inside ``ams serve``) or ``external`` (only
     #: ``ams push-worker`` processes deliver; this node just reports their status).
-    push_worker: str = "in-process"
+    push_worker: str = setting("in-process", choices=("in-process", "external"))
     #: The user that push workers act as: added to the ACL of every active push subscription
     #: (created with service role push_worker when first needed).
     push_worker_user: str = "push_worker_0"
     #: Port on which ``ams push-worker`` serves its Prometheus page (``/metrics`` on ``host``,
     #: with the API's ``prometheus_access``); 0: none (docs/monitoring.md).
-    push_worker_metrics_port: int = 0
+    push_worker_metrics_port: int = setting(0, at_least=0, at_most=65535)
     #: ZooKeeper path under which push workers (backend kafka) register and own subscriptions.
     #: Empty: ``/ams-push/{mongo_database}``, so that deployments sharing an ensemble stay apart.
     push_znode: str = ""
     #: ZooKeeper session timeout of a push worker (seconds): how soon a dead worker's
     #: subscriptions move to another.
-    push_session_seconds: float = 6.0
+    push_session_seconds: float = setting(6.0, above=0)
     #: Seconds between two scans of the push subscriptions (new, changed, deleted).
-    push_scan_seconds: float = 2.0
+    push_scan_seconds: float = setting(2.0, above=0)
     #: Seconds a push endpoint (or its verification) may take to answer.
-    push_timeout_seconds: float = 30.0
+    push_timeout_seconds: float = setting(30.0, above=0)
     #: Verify the TLS certificates of push endpoints.
     push_tls_verify: bool = True
     #: PEM bundle of the CAs that push endpoints' certificates are verified against
     #: (empty: the system's).
     push_ca_file: str = ""
     #: Most push requests one worker has in flight at once.
-    push_max_in_flight: int = 16
+    push_max_in_flight: int = setting(16, at_least=1)
     #: Most push requests per second one worker sends (0: no limit).
-    push_max_rate: float = 200.0
+    push_max_rate: float = setting(200.0, at_least=0)
 
     # --- AuthN: certificates in, tokens out (ams authn; docs/authn.md) ---------------------
     #: Address ``ams authn`` binds.
     authn_host: str = "127.0.0.1"
     #: TCP port of ``ams authn`` (HTTPS only).
-    authn_port: int = 8443
+    authn_port: int = setting(8443, at_least=1, at_most=65535)
     #: PEM certificate and key of ``ams authn``'s listener (empty: tls_cert and tls_key).
     authn_tls_cert: str = ""
     authn_tls_key: str = ""
@@ -172,68 +284,34 @@ class Settings:
     #: fetch-crl keeps them; a CA without a CRL there then fails every certificate it issued.
     authn_check_crls: bool = False
     #: Most connections ``ams authn`` holds at once.
-    authn_max_connections: int = 200
+    authn_max_connections: int = setting(200, at_least=1)
 
     # --- logging ---------------------------------------------------------------------------
-    log_level: str = "INFO"
+    #: Level of the processes' logs on stdout, in any case (ams_app/logs.py upper-cases it): the
+    #: level names Python's logging knows, aliases included.
+    log_level: str = setting(
+        "INFO",
+        choices=("NOTSET", "DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "FATAL"),
+        ignore_case=True,
+    )
 
     def validate(self) -> Settings:
-        if not 0 < self.port < 65536:
-            raise SettingsError("port must be between 1 and 65535")
+        """Check every setting's declared constraint, then the rules between settings."""
+        for each in fields(self):
+            rule = each.metadata.get(_CONSTRAINT)
+            value = getattr(self, each.name)
+            if rule is not None and not rule.allows(value):
+                raise SettingsError(f"{each.name} must be {rule.describe()}, not {value!r}")
         if bool(self.tls_cert) != bool(self.tls_key):
             raise SettingsError("tls_cert and tls_key must be given together")
-        if self.backend not in ("embedded", "kafka"):
-            raise SettingsError(f"unknown backend {self.backend!r} (known: embedded, kafka)")
         if self.backend == "kafka" and not (self.kafka_bootstrap_servers or self.zookeeper_hosts):
             raise SettingsError("backend kafka needs kafka_bootstrap_servers or zookeeper_hosts")
-        if self.kafka_replication_factor < 1:
-            raise SettingsError("kafka_replication_factor must be at least 1")
-        for name in (
-            "max_connections",
-            "max_pull_messages",
-            "max_pull_bytes",
-            "max_message_bytes",
-            "max_publish_messages",
-            "max_request_bytes",
-            "max_attributes",
-            "push_max_in_flight",
-        ):
-            if getattr(self, name) < 1:
-                raise SettingsError(f"{name} must be at least 1")
-        if self.prometheus_access not in ("token", "open", "off"):
-            raise SettingsError("prometheus_access must be token, open or off")
-        if self.prometheus_series_limit < 0:
-            raise SettingsError("prometheus_series_limit must be 0 or more")
-        if self.metrics_flush_seconds <= 0:
-            raise SettingsError("metrics_flush_seconds must be positive")
-        for name in ("client_timeout", "request_head_timeout", "request_body_timeout"):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name} must be positive")
-        if self.shutdown_idle_seconds < 0:
-            raise SettingsError("shutdown_idle_seconds must not be negative")
-        if self.pull_wait_seconds < 0:
-            raise SettingsError("pull_wait_seconds must not be negative")
-        if not 1 <= self.default_ack_deadline <= 600:
-            raise SettingsError("default_ack_deadline must be between 1 and 600")
-        if not 0 <= self.push_worker_metrics_port <= 65535:
-            raise SettingsError("push_worker_metrics_port must be a TCP port, or 0")
-        if self.push_worker not in ("in-process", "external"):
-            raise SettingsError("push_worker must be in-process or external")
         if self.backend == "kafka" and self.push_enabled and not self.zookeeper_hosts:
             raise SettingsError("push delivery on backend kafka needs zookeeper_hosts (or push_enabled: false)")
         if self.consume_owner and self.backend == "kafka" and not self.zookeeper_hosts:
             raise SettingsError("consume_owner on backend kafka needs zookeeper_hosts")
-        for name in ("push_session_seconds", "push_scan_seconds", "push_timeout_seconds", "consume_session_seconds"):
-            if getattr(self, name) <= 0:
-                raise SettingsError(f"{name} must be positive")
-        if self.push_max_rate < 0:
-            raise SettingsError("push_max_rate must not be negative")
-        if not 0 < self.authn_port < 65536:
-            raise SettingsError("authn_port must be between 1 and 65535")
         if bool(self.authn_tls_cert) != bool(self.authn_tls_key):
             raise SettingsError("authn_tls_cert and authn_tls_key must be given together")
-        if self.authn_max_connections < 1:
-            raise SettingsError("authn_max_connections must be at least 1")
         if self.authn_check_crls and not self.authn_ca_dir:
             raise SettingsError("authn_check_crls needs authn_ca_dir (where the CRLs are)")
         return self
@@ -272,6 +350,17 @@ class Settings:
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}
+
+
+def constraint(name: str) -> Constraint | None:
+    """The legal values of setting ``name`` as its field declares them; None: any value of its type."""
+    rule = _FIELDS[name].metadata.get(_CONSTRAINT)
+    return rule if isinstance(rule, Constraint) else None
+
+
+def constraints() -> dict[str, Constraint]:
+    """Every declared constraint, by setting name, in the order of the fields."""
+    return {name: rule for name in _FIELDS if (rule := constraint(name)) is not None}
 
 
 def _coerce(name: str, value: Any) -> Any:
