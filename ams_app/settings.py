@@ -187,6 +187,32 @@ class Settings:
     #: Seconds a Kafka operation may take before the request fails with 503.
     kafka_timeout_seconds: float = setting(30.0, above=0)
 
+    # --- the links to Kafka and ZooKeeper (docs/production.md, "Security") ------------------
+    #: How AMS talks to Kafka: ``PLAINTEXT``, ``SSL`` (TLS; mutual with kafka_cert_file) or
+    #: ``SASL_SSL`` (TLS, and a SCRAM user and password).
+    kafka_security_protocol: str = setting("PLAINTEXT", choices=("PLAINTEXT", "SSL", "SASL_SSL"))
+    #: SCRAM mechanism of SASL_SSL.
+    kafka_sasl_mechanism: str = setting("SCRAM-SHA-512", choices=("SCRAM-SHA-512", "SCRAM-SHA-256"))
+    #: SCRAM user and password of SASL_SSL (a secret: keep the settings file 0640).
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = ""
+    #: PEM bundle of the CAs that the brokers' certificates are verified against (empty: the system's).
+    kafka_ca_file: str = ""
+    #: PEM certificate and key that AMS presents to the brokers (SSL with client authentication).
+    kafka_cert_file: str = ""
+    kafka_key_file: str = ""
+    #: The listener discovery takes from the brokers' registrations in ZooKeeper, e.g. CLIENT
+    #: (empty: the first whose protocol is kafka_security_protocol).
+    kafka_listener: str = ""
+    #: Speak TLS to ZooKeeper, checking its certificate and host name.
+    zookeeper_tls: bool = False
+    #: PEM bundle of the CAs that ZooKeeper's certificate is verified against (empty: the system's).
+    zookeeper_ca_file: str = ""
+    #: PEM certificate and key that AMS presents to ZooKeeper; ZooKeeper then knows AMS by the
+    #: certificate's subject, and the znodes AMS creates are that subject's alone.
+    zookeeper_cert_file: str = ""
+    zookeeper_key_file: str = ""
+
     # --- auth ------------------------------------------------------------------------------
     #: Bootstrap key that acts as a service admin; empty disables it.
     service_token: str = ""
@@ -310,11 +336,30 @@ class Settings:
             raise SettingsError("push delivery on backend kafka needs zookeeper_hosts (or push_enabled: false)")
         if self.consume_owner and self.backend == "kafka" and not self.zookeeper_hosts:
             raise SettingsError("consume_owner on backend kafka needs zookeeper_hosts")
+        self._check_links()
         if bool(self.authn_tls_cert) != bool(self.authn_tls_key):
             raise SettingsError("authn_tls_cert and authn_tls_key must be given together")
         if self.authn_check_crls and not self.authn_ca_dir:
             raise SettingsError("authn_check_crls needs authn_ca_dir (where the CRLs are)")
         return self
+
+    def _check_links(self) -> None:
+        """The security settings of the Kafka and ZooKeeper links fit together."""
+        sasl = self.kafka_security_protocol == "SASL_SSL"
+        if sasl and not (self.kafka_sasl_username and self.kafka_sasl_password):
+            raise SettingsError("kafka_security_protocol SASL_SSL needs kafka_sasl_username and kafka_sasl_password")
+        if not sasl and (self.kafka_sasl_username or self.kafka_sasl_password):
+            raise SettingsError("kafka_sasl_username and kafka_sasl_password need kafka_security_protocol SASL_SSL")
+        if bool(self.kafka_cert_file) != bool(self.kafka_key_file):
+            raise SettingsError("kafka_cert_file and kafka_key_file must be given together")
+        if self.kafka_security_protocol == "PLAINTEXT" and (self.kafka_ca_file or self.kafka_cert_file):
+            raise SettingsError(
+                "kafka_ca_file, kafka_cert_file and kafka_key_file need kafka_security_protocol SSL or SASL_SSL"
+            )
+        if bool(self.zookeeper_cert_file) != bool(self.zookeeper_key_file):
+            raise SettingsError("zookeeper_cert_file and zookeeper_key_file must be given together")
+        if not self.zookeeper_tls and (self.zookeeper_ca_file or self.zookeeper_cert_file):
+            raise SettingsError("zookeeper_ca_file, zookeeper_cert_file and zookeeper_key_file need zookeeper_tls")
 
     def authn_problems(self) -> list[str]:
         """What ``ams authn`` lacks to start (the API server does not need any of it)."""

@@ -101,18 +101,35 @@ def new_ca(common_name: str, issuer: Issued | None = None) -> Issued:
 
 def server_cert(ca: Issued, *names: str) -> Issued:
     """A TLS server certificate for DNS names and IP addresses (``"127.0.0.1"``, ``"localhost"``)."""
-    sans: list[x509.GeneralName] = []
-    for item in names:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(item)))
-        except ValueError:
-            sans.append(x509.DNSName(item))
+    sans = [_general_name(item) for item in names]
     return _issue(
         name([(NameOID.COMMON_NAME, names[0])]),
         ca,
         ca=False,
         extensions=[x509.SubjectAlternativeName(sans), x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])],
     )
+
+
+def service_cert(ca: Issued, common_name: str, *names: str) -> Issued:
+    """A certificate for a service that is both a TLS server (at ``names``: DNS names and IP
+    addresses) and a client known by its subject ``CN=common_name`` (a Kafka broker, which is the
+    other brokers' and ZooKeeper's client; an AMS node, ZooKeeper's client)."""
+    return _issue(
+        name([(NameOID.COMMON_NAME, common_name)]),
+        ca,
+        ca=False,
+        extensions=[
+            x509.SubjectAlternativeName([_general_name(item) for item in names]),
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+        ],
+    )
+
+
+def _general_name(item: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(item))
+    except ValueError:
+        return x509.DNSName(item)
 
 
 def client_cert(

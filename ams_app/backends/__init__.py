@@ -14,13 +14,12 @@ def open_backends(settings: Settings) -> tuple[MetadataStore, MessageLog]:
 
         return open_embedded(settings)
     if settings.backend == "kafka":
-        from ams_app.backends.kafka.log import KafkaMessageLog, discover_brokers
+        from ams_app.backends.kafka.connect import client_security, discover_brokers
+        from ams_app.backends.kafka.log import KafkaMessageLog
         from ams_app.backends.mongo.store import MongoMetadataStore
 
         timeout = settings.kafka_timeout_seconds
-        bootstrap = settings.kafka_bootstrap_servers or discover_brokers(
-            settings.zookeeper_hosts, settings.kafka_znode, timeout
-        )
+        bootstrap = settings.kafka_bootstrap_servers or discover_brokers(settings)
         store = MongoMetadataStore(settings.mongo_uri, settings.mongo_database, timeout)
         log = KafkaMessageLog(
             bootstrap,
@@ -28,6 +27,7 @@ def open_backends(settings: Settings) -> tuple[MetadataStore, MessageLog]:
             retention_seconds=settings.log_retention_seconds,
             max_message_bytes=settings.max_message_bytes,
             timeout_seconds=timeout,
+            security=client_security(settings),
         )
         return store, log
     raise ValueError(f"unknown backend {settings.backend!r}")

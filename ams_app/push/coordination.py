@@ -130,7 +130,7 @@ class ZkCoordinator:
         self.root = settings.push_root
         self.register = register
         self.on_change: Callable[[], None] = on_change or (lambda: None)
-        self.client = zookeeper_client(settings.zookeeper_hosts, settings.push_session_seconds, max_delay=2.0)
+        self.client = zookeeper_client(settings, settings.push_session_seconds, max_delay=2.0)
         self.client.add_listener(self._state)
         self._versions: dict[str, int] = {}  # key -> znode version of our claim
         self._suspended = True

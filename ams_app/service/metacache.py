@@ -110,7 +110,7 @@ class MetadataCache:
 
         self.inner = store
         self.path = f"/ams-metadata/{settings.mongo_database}"
-        self.client = client or zookeeper_client(settings.zookeeper_hosts, 10.0, max_delay=1.0)
+        self.client = client or zookeeper_client(settings, 10.0, max_delay=1.0)
         self._unreachable = (KazooException, self.client.handler.timeout_exception)
         self._entries: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.connect_seconds = _CONNECT_SECONDS  # a change waits this long for a connection

@@ -91,7 +91,7 @@ class Owners:
         self.url = settings.node_url
         self.root = settings.consume_root
         self.session_seconds = settings.consume_session_seconds
-        self.client = client or zookeeper_client(settings.zookeeper_hosts, self.session_seconds, max_delay=1.0)
+        self.client = client or zookeeper_client(settings, self.session_seconds, max_delay=1.0)
         self.client.add_listener(self._state)
         self._held: dict[str, Held] = {}
         self._claiming: dict[str, Semaphore] = {}

@@ -28,7 +28,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -211,31 +211,6 @@ def _backend_error(exc: BaseException) -> BackendUnavailable:
     return BackendUnavailable(f"Kafka: {exc}")
 
 
-def discover_brokers(zookeeper_hosts: str, znode: str, timeout: float) -> str:
-    """Bootstrap servers from ZooKeeper's ``{znode}/brokers/ids/*``, as the original does."""
-    from kazoo.client import KazooClient
-
-    client = KazooClient(hosts=zookeeper_hosts, timeout=timeout, read_only=True)
-    client.start(timeout=timeout)
-    try:
-        root = znode.rstrip("/")
-        servers = []
-        for broker_id in sorted(client.get_children(f"{root}/brokers/ids")):
-            data, _ = client.get(f"{root}/brokers/ids/{broker_id}")
-            info = json.loads(data)
-            endpoints = info.get("endpoints") or []
-            if endpoints:
-                servers.append(str(endpoints[0]).split("://", 1)[-1])
-            elif info.get("host"):
-                servers.append(f"{info['host']}:{info['port']}")
-        if not servers:
-            raise RuntimeError(f"no Kafka brokers registered under {root}/brokers/ids")
-        return ",".join(servers)
-    finally:
-        client.stop()
-        client.close()
-
-
 class KafkaMessageLog:
     def __init__(
         self,
@@ -246,13 +221,19 @@ class KafkaMessageLog:
         max_message_bytes: int = 1024 * 1024,
         timeout_seconds: float = 30.0,
         threads: int = 8,
+        security: Mapping[str, str] | None = None,
     ) -> None:
         self.timeout = timeout_seconds
         self.replication_factor = replication_factor
         self.retention_ms = retention_seconds * 1000 if retention_seconds > 0 else -1
         # base64 grows data by 4/3; attributes and JSON framing need room too
         self.max_record_bytes = max_message_bytes * 2 + 64 * 1024
-        base: dict[str, str | int | float | bool] = {"bootstrap.servers": bootstrap_servers, "client.id": "ams"}
+        # security: the client's TLS and SASL options (connect.client_security)
+        base: dict[str, str | int | float | bool] = {
+            "bootstrap.servers": bootstrap_servers,
+            "client.id": "ams",
+            **(security or {}),
+        }
         self._consumer_config = base | {
             "group.id": "ams-reader",  # required by librdkafka; never joined: partitions are assigned
             "enable.auto.commit": False,

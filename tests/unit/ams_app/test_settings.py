@@ -58,6 +58,17 @@ def test_bad_settings_are_refused(tmp_path: Path, content: str, env: dict[str, s
 #: Settings for the accepting cases, so that the rules between settings hold whatever the one
 #: setting under test is (backend kafka needs ZooKeeper for push delivery).
 VALID_BASE: dict[str, Any] = {"zookeeper_hosts": "127.0.0.1:2181"}
+#: What a value needs beside it to be legal (the rules between settings in Settings.validate()).
+COMPANIONS: dict[tuple[str, Any], dict[str, Any]] = {
+    ("kafka_security_protocol", "SASL_SSL"): {"kafka_sasl_username": "ams", "kafka_sasl_password": "secret"},
+}
+
+
+def _with(name: str, value: Any) -> dict[str, Any]:
+    """The overrides that set ``name`` to ``value`` in otherwise valid settings."""
+    return {**VALID_BASE, **COMPANIONS.get((name, value), {}), name: value}
+
+
 KINDS = {f.name: f.type for f in dataclasses.fields(Settings)}
 
 
@@ -97,15 +108,17 @@ EDGES = [(name, value, legal) for name, rule in constraints().items() for value,
 @pytest.mark.parametrize(("name", "value", "legal"), EDGES, ids=[f"{n}={v!r}" for n, v, _ in EDGES])
 def test_every_declared_constraint_is_enforced_at_its_edges(name: str, value: Any, legal: bool) -> None:
     if legal:
-        assert getattr(load_settings(environ={}, overrides={**VALID_BASE, name: value}), name) == value
+        assert getattr(load_settings(environ={}, overrides=_with(name, value)), name) == value
     else:
         with pytest.raises(SettingsError, match=rf"^{name} must be ") as refused:
-            load_settings(environ={}, overrides={**VALID_BASE, name: value})
+            load_settings(environ={}, overrides=_with(name, value))
         assert constraints()[name].describe() in str(refused.value)
 
 
 #: The same bounds written out by hand, so that a wrong declaration fails here.
 LITERAL = [
+    ("kafka_security_protocol", "SASL_SSL", "SASL_PLAINTEXT"),
+    ("kafka_sasl_mechanism", "SCRAM-SHA-256", "PLAIN"),
     ("port", 1, 0),
     ("port", 65535, 65536),
     ("authn_port", 1, 0),
@@ -152,9 +165,9 @@ LITERAL = [
 
 @pytest.mark.parametrize(("name", "good", "bad"), LITERAL)
 def test_literal_bounds(name: str, good: Any, bad: Any) -> None:
-    load_settings(environ={}, overrides={**VALID_BASE, name: good})
+    load_settings(environ={}, overrides=_with(name, good))
     with pytest.raises(SettingsError, match=rf"^{name} must be "):
-        load_settings(environ={}, overrides={**VALID_BASE, name: bad})
+        load_settings(environ={}, overrides=_with(name, bad))
 
 
 def test_every_constrained_setting_has_a_literal_case() -> None:
