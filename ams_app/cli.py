@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
     token = verbs.add_parser("show-token", help="print a user's token")
     common(token)
     token.add_argument("name")
+    reseal = verbs.add_parser(
+        "reseal-tokens",
+        help="seal every user's token under the first key of token_key_file; print how many changed "
+        "(docs/production.md, 'Tokens at rest')",
+    )
+    common(reseal)
     metrics = verbs.add_parser(
         "metrics", help="write the service-wide Prometheus figures to a file (for a textfile collector)"
     )
@@ -115,6 +121,9 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
     from ams_app.service import requests
     from ams_app.service.core import AmsService
 
+    if args.verb == "reseal-tokens" and not settings.token_key_file:
+        print("ams: token_key_file is not set: there is no key to seal the tokens with", file=sys.stderr)
+        return 1
     store, log = open_backends(settings)
     svc = AmsService(settings, store, log)
     try:
@@ -139,6 +148,8 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
             print(json.dumps(user_view(svc, created_user, privileged=True), indent=2))
         elif args.verb == "show-token":
             print(svc.user(args.name).token)
+        elif args.verb == "reseal-tokens":
+            print(f"{store.reseal_tokens()} user(s) resealed under the first key of {settings.token_key_file}")
         elif args.verb == "metrics":
             _write_atomically(Path(args.output), svc.service_figures_text().decode())
         elif args.verb == "bind-dn":
@@ -184,7 +195,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, OSError) as exc:
         print(f"ams: {exc}", file=sys.stderr)
         return 2
+    from ams_app.tokenseal import TokenSealError
+
     if args.command == "check-config":
+        from ams_app.backends import token_keyring
+
+        try:
+            token_keyring(settings)
+        except TokenSealError as exc:
+            print(f"ams: {exc}", file=sys.stderr)
+            return 2
         where = f"{settings.host}:{settings.port}"
         print(f"settings are valid: backend {settings.backend}, listening on {where}, push {settings.push_worker}")
         return 0
@@ -193,6 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _command(args, settings)
     except SchemaTooNew as exc:  # a data directory of a newer release: say so, no traceback
+        print(f"ams: {exc}", file=sys.stderr)
+        return 2
+    except TokenSealError as exc:  # token_key_file unusable, or not the keys the store's tokens need
         print(f"ams: {exc}", file=sys.stderr)
         return 2
 

@@ -328,6 +328,8 @@ def test_an_existing_embedded_database_gains_the_tables(tmp_path: Path) -> None:
         conn.execute("DROP TABLE authn_bindings")
         conn.execute("DROP TABLE authn_service_types")
         conn.execute("DROP INDEX memberships_by_user")
+        conn.execute("DROP INDEX users_by_token_hash")
+        conn.execute("ALTER TABLE users DROP COLUMN token_hash")
         conn.execute("PRAGMA user_version = 0")
     conn.close()
     store = SqliteMetadataStore(path)

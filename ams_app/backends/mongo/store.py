@@ -53,6 +53,7 @@ from ams_app.backends.store import (
     project_totals,
     utc_today,
 )
+from ams_app.backends.user_tokens import UserTokens
 from ams_app.models import (
     Binding,
     Cursor,
@@ -73,6 +74,7 @@ from ams_app.models import (
     to_doc,
     user_from_doc,
 )
+from ams_app.tokenseal import Keyring, TokenSealError
 
 T = TypeVar("T")
 Doc = dict[str, Any]
@@ -100,6 +102,7 @@ _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
         ([("uuid", ASCENDING)], True),
         ([("name", ASCENDING)], True),
         ([("token", ASCENDING)], True),
+        ([("token_hash", ASCENDING)], True),  # sparse (_SPARSE)
         ([("projects.project_uuid", ASCENDING)], False),
     ],
     "topics": [([("project_uuid", ASCENDING), ("name", ASCENDING)], True), ([("acl", ASCENDING)], False)],
@@ -138,6 +141,10 @@ _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
         ([("project_uuid", ASCENDING), ("topic", ASCENDING)], False),
     ],
 }
+
+#: Indexes (collection, first key) that only documents holding the key are in: a user has a
+#: token_hash only while token_key_file is set (ams_app/backends/user_tokens.py).
+_SPARSE = {("users", "token_hash")}
 
 
 #: How FerretDB words a unique index's refusal of an update: its SQLite handler passes SQLite's
@@ -188,7 +195,8 @@ def _schema_doc(schema: Schema) -> Doc:
 
 
 class MongoMetadataStore:
-    def __init__(self, uri: str, database: str, timeout_seconds: float = 10.0) -> None:
+    def __init__(self, uri: str, database: str, timeout_seconds: float = 10.0, keyring: Keyring | None = None) -> None:
+        """Connect, make the indexes; users' tokens are sealed under ``keyring`` (None: in clear)."""
         ms = int(timeout_seconds * 1000)
         self.client: MongoClient[Doc] = MongoClient(
             uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms * 3, appname="ams"
@@ -196,13 +204,19 @@ class MongoMetadataStore:
         self.db = self.client[database]
         for name, indexes in _INDEXES.items():
             for keys, unique in indexes:
-                self.db[name].create_index(keys, unique=unique)
+                self.db[name].create_index(keys, unique=unique, sparse=(name, keys[0][0]) in _SPARSE)
         # cursors written to lately -> when to tidy them: the versions a cursor's last writes left
         # behind go once it has been quiet for _KEEP_SECONDS (the every-_GC_EVERY clean-up only
         # runs while it is written to, so a drained subscription kept them for ever)
         self._untidy: dict[str, float] = {}
         self._tidier: threading.Thread | None = None
         self._closing = threading.Event()
+        self.tokens = UserTokens(keyring)
+        try:
+            self._seal_tokens(rotate=False)
+        except BaseException:
+            self.client.close()
+            raise
 
     def _c(self, name: str) -> Collection[Doc]:
         return self.db[name]
@@ -312,27 +326,62 @@ class MongoMetadataStore:
         return topics
 
     # --- users ----------------------------------------------------------------------------
+    def _user(self, doc: Doc) -> User:
+        fields = _strip(doc) or {}
+        fields.pop("token_hash", None)
+        fields["token"] = self.tokens.clear(fields["token"])
+        return user_from_doc(fields)
+
+    def _user_doc(self, user: User) -> Doc:
+        stored = self.tokens.stored(user.token)
+        doc = to_doc(user) | {"token": stored.value}
+        if stored.hash is not None:
+            doc["token_hash"] = stored.hash
+        return doc
+
+    def _seal_tokens(self, rotate: bool) -> int:
+        """Seal the tokens kept in clear, and with ``rotate`` those under an older key; how many
+        users changed (ams_app/backends/user_tokens.py). Each document changes only if its token
+        is still the one read, so that nodes starting together, or a token refreshed meanwhile,
+        lose nothing."""
+        users = self._c("users")
+        query: Doc = {} if self.tokens.keyring is not None else {"token_hash": {"$exists": True}}
+        rows = [(d["_id"], str(d.get("token", ""))) for d in users.find(query, {"token": 1})]
+        changed = 0
+        for _id, old, new in self.tokens.plan(rows, rotate):
+            done = users.update_one({"_id": _id, "token": old}, {"$set": {"token": new.value, "token_hash": new.hash}})
+            changed += done.modified_count
+        return changed
+
+    def reseal_tokens(self) -> int:
+        if self.tokens.keyring is None:
+            raise TokenSealError("token_key_file is not set: no key to seal the tokens with")
+        return self._seal_tokens(rotate=True)
+
     def create_user(self, user: User) -> bool:
-        return self._insert(self._c("users"), to_doc(user))
+        return self._insert(self._c("users"), self._user_doc(user))
 
     def get_user(self, *, name: str | None = None, uuid: str | None = None, token: str | None = None) -> User | None:
+        query: Doc
         if name is not None:
             query = {"name": name}
         elif uuid is not None:
             query = {"uuid": uuid}
         else:
-            query = {"token": token or "\0"}
-        doc = _strip(self._c("users").find_one(query))
-        return user_from_doc(doc) if doc else None
+            hashes = self.tokens.hashes(token or "")
+            # sealed: by the keyed hash alone, never by a token in clear
+            query = {"token": token or "\0"} if hashes is None else {"token_hash": {"$in": hashes}}
+        doc = self._c("users").find_one(query)
+        return self._user(doc) if doc else None
 
     def get_users(self, uuids: list[str]) -> dict[str, User]:
         if not uuids:
             return {}
-        users = [user_from_doc(_strip(d) or {}) for d in self._c("users").find({"uuid": {"$in": uuids}})]
+        users = [self._user(d) for d in self._c("users").find({"uuid": {"$in": uuids}})]
         return {u.uuid: u for u in users}
 
     def update_user(self, user: User) -> bool:
-        return self._replace(self._c("users"), {"uuid": user.uuid}, to_doc(user))
+        return self._replace(self._c("users"), {"uuid": user.uuid}, self._user_doc(user))
 
     def delete_user(self, uuid: str) -> bool:
         for name in ("topics", "subscriptions"):
@@ -341,7 +390,7 @@ class MongoMetadataStore:
 
     def list_users(self, project_uuid: str | None, page_size: int, page_token: str) -> Page[User]:
         query = {} if project_uuid is None else {"projects.project_uuid": project_uuid}
-        return self._page("users", query, page_size, page_token, lambda d: user_from_doc(_strip(d) or {}))
+        return self._page("users", query, page_size, page_token, self._user)
 
     def acl_of_user(self, user_uuid: str) -> list[tuple[str, str, str]]:
         out = [("topic", d["project_uuid"], d["name"]) for d in self._c("topics").find({"acl": user_uuid})]

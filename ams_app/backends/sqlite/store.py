@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -24,6 +25,7 @@ from ams_app.backends.store import (
     project_totals,
     utc_today,
 )
+from ams_app.backends.user_tokens import UserTokens
 from ams_app.models import (
     Binding,
     Cursor,
@@ -44,6 +46,7 @@ from ams_app.models import (
     to_doc,
     user_from_doc,
 )
+from ams_app.tokenseal import Keyring, TokenSealError
 
 T = TypeVar("T")
 
@@ -165,9 +168,17 @@ MEMBERSHIPS_BY_USER = """
 CREATE INDEX memberships_by_user ON memberships (user_uuid);
 """
 
+#: Version 3: users' tokens at rest (ams_app/backends/user_tokens.py). With token_key_file set,
+#: ``token`` (and the doc's) holds the sealed token and ``token_hash`` its keyed hash, by which a
+#: token finds its user; NULL while tokens are kept in clear (NULLs do not collide under UNIQUE).
+TOKEN_HASH = """
+ALTER TABLE users ADD COLUMN token_hash TEXT;
+CREATE UNIQUE INDEX users_by_token_hash ON users (token_hash);
+"""
+
 #: The schema's migrations, in order: a database at version n has had the first n
 #: (ams_app/backends/sqlite/db.py). Append; never edit one that has shipped.
-MIGRATIONS = (BASELINE, MEMBERSHIPS_BY_USER)
+MIGRATIONS = (BASELINE, MEMBERSHIPS_BY_USER, TOKEN_HASH)
 
 
 def _dump(doc: dict[str, Any]) -> str:
@@ -222,8 +233,15 @@ def _page(
 
 
 class SqliteMetadataStore:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, keyring: Keyring | None = None) -> None:
+        """Open (and migrate) the database; users' tokens are sealed under ``keyring`` (None: in clear)."""
         self.db = SqliteDb(path, MIGRATIONS)
+        self.tokens = UserTokens(keyring)
+        try:
+            self._seal_tokens(rotate=False)
+        except BaseException:
+            self.db.close()
+            raise
 
     def ping(self) -> None:
         self.db.read(lambda c: c.execute("SELECT 1").fetchone())
@@ -306,6 +324,51 @@ class SqliteMetadataStore:
         return self.db.run(tx)
 
     # --- users --------------------------------------------------------------------------
+    def _user(self, doc: str) -> User:
+        fields = json.loads(doc)
+        fields["token"] = self.tokens.clear(fields["token"])
+        return user_from_doc(fields)
+
+    def _user_row(self, user: User) -> tuple[str, str | None, str]:
+        """(token, token_hash, doc) of ``user`` as the table keeps them."""
+        stored = self.tokens.stored(user.token)
+        return stored.value, stored.hash, _dump(to_doc(user) | {"token": stored.value})
+
+    def _seal_tokens(self, rotate: bool) -> int:
+        """Seal the tokens kept in clear, and with ``rotate`` those under an older key; how many
+        users changed (ams_app/backends/user_tokens.py). Then the file is rebuilt (VACUUM) and its
+        journal emptied, so that a copy taken afterwards holds no trace of what they replaced: no
+        token in clear, none that an old key opens (SQLite leaves replaced rows in free space)."""
+        if self.tokens.keyring is None:  # only see that nothing is sealed
+            rows = self.db.read(
+                lambda c: c.execute("SELECT seq, token FROM users WHERE token_hash IS NOT NULL").fetchall()
+            )
+            self.tokens.plan(((r[0], r[1]) for r in rows), rotate)
+            return 0
+
+        def tx(conn: sqlite3.Connection) -> int:
+            rows = conn.execute("SELECT seq, token FROM users").fetchall()
+            changes = self.tokens.plan(((r[0], r[1]) for r in rows), rotate)
+            for seq, _, new in changes:
+                doc = json.loads(conn.execute("SELECT doc FROM users WHERE seq=?", (seq,)).fetchone()[0])
+                conn.execute(
+                    "UPDATE users SET token=?, token_hash=?, doc=? WHERE seq=?",
+                    (new.value, new.hash, _dump(doc | {"token": new.value}), seq),
+                )
+            return len(changes)
+
+        changed = self.db.run(tx)
+        if changed:  # rebuilt from the live rows only, and the journal that held the old ones emptied
+            with contextlib.closing(sqlite3.connect(self.db.path, isolation_level=None, timeout=30)) as conn:
+                conn.execute("VACUUM")
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return changed
+
+    def reseal_tokens(self) -> int:
+        if self.tokens.keyring is None:
+            raise TokenSealError("token_key_file is not set: no key to seal the tokens with")
+        return self._seal_tokens(rotate=True)
+
     @staticmethod
     def _write_memberships(conn: sqlite3.Connection, user: User) -> None:
         conn.execute("DELETE FROM memberships WHERE user_uuid=?", (user.uuid,))
@@ -319,8 +382,8 @@ class SqliteMetadataStore:
             if (
                 _write(
                     conn,
-                    "INSERT INTO users (uuid, name, token, doc) VALUES (?,?,?,?)",
-                    (user.uuid, user.name, user.token, _dump(to_doc(user))),
+                    "INSERT INTO users (uuid, name, token, token_hash, doc) VALUES (?,?,?,?,?)",
+                    (user.uuid, user.name, *self._user_row(user)),
                 )
                 is None
             ):
@@ -336,9 +399,16 @@ class SqliteMetadataStore:
         elif uuid is not None:
             column, value = "uuid", uuid
         else:
+            hashes = self.tokens.hashes(token or "")
+            if hashes is not None:  # sealed: by the keyed hash alone, never by a token in clear
+                marks = ",".join("?" * len(hashes))
+                row = self.db.read(
+                    lambda c: c.execute(f"SELECT doc FROM users WHERE token_hash IN ({marks})", hashes).fetchone()
+                )
+                return self._user(row[0]) if row else None
             column, value = "token", token or ""
         row = self.db.read(lambda c: c.execute(f"SELECT doc FROM users WHERE {column}=?", (value,)).fetchone())
-        return user_from_doc(json.loads(row[0])) if row else None
+        return self._user(row[0]) if row else None
 
     def get_users(self, uuids: list[str]) -> dict[str, User]:
         if not uuids:
@@ -348,15 +418,15 @@ class SqliteMetadataStore:
             marks = ",".join("?" * len(uuids))
             return conn.execute(f"SELECT doc FROM users WHERE uuid IN ({marks})", uuids).fetchall()
 
-        users = [user_from_doc(json.loads(r[0])) for r in self.db.read(tx)]
+        users = [self._user(r[0]) for r in self.db.read(tx)]
         return {u.uuid: u for u in users}
 
     def update_user(self, user: User) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
             changed = _write(
                 conn,
-                "UPDATE users SET name=?, token=?, doc=? WHERE uuid=?",
-                (user.name, user.token, _dump(to_doc(user)), user.uuid),
+                "UPDATE users SET name=?, token=?, token_hash=?, doc=? WHERE uuid=?",
+                (user.name, *self._user_row(user), user.uuid),
             )
             if changed is None:
                 return False
@@ -378,9 +448,7 @@ class SqliteMetadataStore:
         if project_uuid is not None:
             where = "t.uuid IN (SELECT user_uuid FROM memberships WHERE project_uuid=?)"
             args = [project_uuid]
-        return self.db.read(
-            lambda c: _page(c, "users", where, args, page_size, page_token, lambda r: user_from_doc(json.loads(r[1])))
-        )
+        return self.db.read(lambda c: _page(c, "users", where, args, page_size, page_token, lambda r: self._user(r[1])))
 
     def acl_of_user(self, user_uuid: str) -> list[tuple[str, str, str]]:
         rows = self.db.read(
