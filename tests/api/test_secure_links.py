@@ -1,4 +1,4 @@
-"""AMS on a ZooKeeper and a Kafka whose links are secured as in the appliance (tools/secure_pair.py,
+"""AMS on a ZooKeeper and a Kafka whose links are secured as in the appliance (tools/secure_services.py,
 docs/production.md "Security"): AMS works over them, and a client without the right credentials is
 refused, each refusal beside a control with the right ones (so a dead server cannot pass as
 "refused").
@@ -10,7 +10,9 @@ another CA)."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import os
 import socket
 import ssl
 import time
@@ -28,13 +30,13 @@ from ams_app.backends.kafka.connect import discover_brokers
 from ams_app.settings import load_settings
 from tests.helpers import b64, free_port, load_tool, unique
 
-secure_pair = load_tool("secure_pair")
+secure_services = load_tool("secure_services")
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    ports = [free_port() for _ in range(4)]
-    running = secure_pair.SecurePair(tmp_path_factory.mktemp("secure-pair"), *ports)
+    ports = [free_port() for _ in range(5)]
+    running = secure_services.SecureServices(tmp_path_factory.mktemp("secure-pair"), *ports)
     try:
         running.start()
         yield running
@@ -44,15 +46,20 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def served(pair: Any, tmp_path_factory: pytest.TempPathFactory, tls_files: tuple[str, str, str]) -> Iterator[Any]:
-    """One AMS node on the pair: brokers found in ZooKeeper, subscription owners and the metadata
-    cache in ZooKeeper, all over TLS."""
+    """One AMS node on the services, as in the appliance: brokers found in ZooKeeper, subscription
+    owners and the metadata cache in ZooKeeper, the metadata over TLS with a login, users' tokens
+    sealed in it."""
     from tests.helpers import AmsServer, backend_env
 
+    keyring = tmp_path_factory.mktemp("secure-keys") / "tokens.keys"
+    keyring.write_text(f"k1:{base64.b64encode(os.urandom(32)).decode()}\n")
+    keyring.chmod(0o600)
     env = {
         **backend_env("kafka"),
         **pair.ams_settings(),
         "AMS_KAFKA_BOOTSTRAP_SERVERS": "",
         "AMS_CONSUME_OWNER": "true",
+        "AMS_TOKEN_KEY_FILE": str(keyring),
         "AMS_PUSH_CA_FILE": tls_files[2],
     }
     data = tmp_path_factory.mktemp("secure-ams") / "data"
@@ -150,6 +157,22 @@ def test_ams_publishes_and_consumes_over_the_secured_links(served: Any, pair: An
     assert acked.status_code == 200, acked.text
 
 
+def test_a_user_token_works_and_its_stored_copy_does_not(served: Any, pair: Any) -> None:
+    from pymongo import MongoClient
+
+    api = served.api()
+    name = unique("secure-user")
+    token = api.post(f"/users/{name}", json={"service_roles": ["service_admin"]}).json()["token"]
+    assert served.api(token).get("/projects").status_code == 200
+    client: Any = MongoClient(pair.mongo_uri(), serverSelectionTimeoutMS=3000)
+    try:
+        stored = client[served.env["AMS_MONGO_DATABASE"]]["users"].find_one({"name": name})
+    finally:
+        client.close()
+    assert token not in repr(stored)
+    assert served.api(stored["token"]).get("/projects").status_code == 401
+
+
 def test_ams_znodes_belong_to_its_certificate(served: Any, pair: Any) -> None:
     """AMS's claims and metadata generation are readable and writable by its subject only."""
     api = served.api()
@@ -179,7 +202,7 @@ def test_ams_znodes_belong_to_its_certificate(served: Any, pair: Any) -> None:
         with pytest.raises(NoAuthError):
             other.delete(f"{owners}/{claims[0]}")
         with pytest.raises(NoAuthError):  # Kafka's SCRAM credentials: not for other identities
-            other.get(f"{secure_pair.KAFKA_ZNODE}/config/users/ams")
+            other.get(f"{secure_services.KAFKA_ZNODE}/config/users/ams")
     finally:
         _closed(other)
 
@@ -288,7 +311,7 @@ def _handshake(context: ssl.SSLContext, port: int) -> None:
 
 
 def test_a_certificate_no_acl_names_sees_no_topic(pair: Any, tmp_path: Path) -> None:
-    config = secure_pair.super_user_config(pair.tls, pair.broker_port)
+    config = secure_services.super_user_config(pair.tls, pair.broker_port)
     assert AdminClient(config).list_topics(timeout=10).topics, "the super user sees the topics"
     other = {
         **config,
@@ -296,3 +319,28 @@ def test_a_certificate_no_acl_names_sees_no_topic(pair: Any, tmp_path: Path) -> 
         "ssl.key.location": str(pair.tls.key("other")),
     }
     assert not AdminClient(other).list_topics(timeout=10).topics
+
+
+# ------------------------------------------------------------------ the metadata store ---------
+def _mongo_ping(uri: str) -> None:
+    from pymongo import MongoClient
+
+    client: Any = MongoClient(uri, serverSelectionTimeoutMS=3000)
+    try:
+        client["argo_msg"].list_collection_names()
+    finally:
+        client.close()
+
+
+def test_metadata_store_wants_tls_and_a_login(pair: Any) -> None:
+    from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
+
+    _mongo_ping(pair.mongo_uri())  # the control: AMS's user over TLS
+    with pytest.raises(ServerSelectionTimeoutError):
+        _mongo_ping(pair.mongo_uri(tls=False))
+    with pytest.raises(OperationFailure) as anonymous:
+        _mongo_ping(pair.mongo_uri(user=""))
+    assert anonymous.value.code == 13  # Unauthorized
+    with pytest.raises(OperationFailure) as wrong:
+        _mongo_ping(pair.mongo_uri(password="not-the-password"))
+    assert wrong.value.code == 18  # AuthenticationFailed

@@ -1,6 +1,6 @@
-"""A ZooKeeper and a Kafka broker on loopback with every link secured as in the appliance
-(docs/production.md, "Security"), for the tests that prove AMS speaks that security and that a
-client without it is refused (tests/api/test_secure_links.py).
+"""A ZooKeeper, a Kafka broker and a FerretDB on loopback with every link secured as in the
+appliance (docs/production.md, "Security"), for the tests that prove AMS speaks that security and
+that a client without it is refused (tests/api/test_secure_links.py).
 
 - ZooKeeper serves TLS on its secure port and wants a client certificate from the test CA; every
   session must authenticate with it (x509, enforced). Its plain port is on loopback for the
@@ -11,6 +11,9 @@ client without it is refused (tests/api/test_secure_links.py).
   on its znodes.
 - The users ``ams`` (all rights on topics, its consumer group, cluster describe) and ``spark``
   (read only) are made after the broker starts, over ``BROKER`` as the super user.
+- FerretDB (the MongoDB wire protocol) listens with TLS only, and with its authentication on
+  (SCRAM; a command of a client that has not logged in is refused). Its user ``ams`` is made at
+  its first start (``--setup-*``).
 
 It stands on tools/services.py's installation (the Kafka jars, Debian's ZooKeeper) and runs in a
 directory of its own, on ports it is given, so it can run beside ``make services-up``."""
@@ -31,11 +34,13 @@ KAFKA_ZNODE = "/secure-kafka"
 #: Netty's codec, which ZooKeeper's TLS needs and Debian's zookeeper.jar leaves off its class path
 #: (its manifest names netty-handler, -buffer, -common and -transport only)
 NETTY_CODEC_JAR = "/usr/share/java/netty-codec.jar"
-STARTED_BY = "tools/secure_pair.py"
-READY_TIMEOUT = {"zookeeper": 45.0, "kafka": 90.0}
+STARTED_BY = "tools/secure_services.py"
+READY_TIMEOUT = {"zookeeper": 45.0, "kafka": 90.0, "ferretdb": 45.0}
+#: The database where FerretDB keeps its users (a URI's ``authSource``)
+MONGO_AUTH_DATABASE = "ams_auth"
 
 
-class SecurePairError(RuntimeError):
+class SecureServicesError(RuntimeError):
     pass
 
 
@@ -156,7 +161,7 @@ def super_user_config(tls: TlsFiles, broker_port: int) -> dict[str, str | int | 
 # the pair
 # ============================================================================================
 @dataclass
-class SecurePair:
+class SecureServices:
     """The pair's files under ``root`` and its ports; ``start()`` makes the PKI, the configurations
     and the users, ``stop()`` ends both processes."""
 
@@ -165,7 +170,9 @@ class SecurePair:
     zk_plain_port: int
     broker_port: int
     client_port: int
+    mongo_port: int
     passwords: dict[str, str] = field(default_factory=lambda: {AMS_USER: "ams-secret", SPARK_USER: "spark-secret"})
+    mongo_password: str = "ams-mongo-secret"
 
     @property
     def tls(self) -> TlsFiles:
@@ -186,6 +193,7 @@ class SecurePair:
         names = ("localhost", services.HOST)
         issued = {
             "zookeeper": pki.service_cert(ca, "zookeeper", *names),
+            "mongo": pki.service_cert(ca, "mongo", *names),
             "kafka": pki.service_cert(ca, "kafka", *names),
             "ams": pki.service_cert(ca, "ams", *names),
             # signed by the same CA, but not an identity any ACL names
@@ -239,6 +247,47 @@ class SecurePair:
             str(conf / "server.properties"),
         ]
 
+    def _ferretdb_argv(self) -> list[str]:
+        data = self.root / "ferretdb" / "data"
+        state = self.root / "ferretdb" / "state"
+        for directory in (data, state):
+            directory.mkdir(parents=True, exist_ok=True)
+        return [
+            str(services.FERRETDB_BIN),
+            "--handler=sqlite",
+            f"--sqlite-url=file:{data}/",
+            "--listen-addr=",
+            f"--listen-tls={services.HOST}:{self.mongo_port}",
+            f"--listen-tls-cert-file={self.tls.cert('mongo')}",
+            f"--listen-tls-key-file={self.tls.key('mongo')}",
+            "--test-enable-new-auth",
+            f"--setup-database={MONGO_AUTH_DATABASE}",
+            f"--setup-username={AMS_USER}",
+            f"--setup-password={self.mongo_password}",
+            f"--state-dir={state}",
+            "--telemetry=disable",
+            "--debug-addr=-",
+            "--log-level=warn",
+        ]
+
+    def mongo_uri(self, user: str = AMS_USER, password: str | None = None, *, tls: bool = True) -> str:
+        """A MongoDB URI of the FerretDB: as ``user`` (empty: no login), over TLS unless not."""
+        login = f"{user}:{self.mongo_password if password is None else password}@" if user else ""
+        query = f"tls=true&tlsCAFile={self.tls.ca}" if tls else "tls=false"
+        if user:
+            query += f"&authSource={MONGO_AUTH_DATABASE}&authMechanism=SCRAM-SHA-256"
+        return f"mongodb://{login}localhost:{self.mongo_port}/?{query}"
+
+    def _mongo_ready(self) -> bool:
+        from pymongo import MongoClient
+
+        client: MongoClient[dict[str, object]] = MongoClient(self.mongo_uri(), serverSelectionTimeoutMS=2000)
+        try:
+            client["ams_ready"].list_collection_names()
+            return True
+        finally:
+            client.close()
+
     def _spawn(self, name: str, argv: list[str], ready: object, marker: str) -> None:
         log, pid_file = self._paths(name)
         pid = toolkit.spawn(argv, log=log, pid_file=pid_file, started_by=STARTED_BY)
@@ -249,7 +298,7 @@ class SecurePair:
             pid=pid,
             marker=marker,
             log=log,
-            error=SecurePairError,
+            error=SecureServicesError,
         )
 
     def start(self) -> None:
@@ -263,9 +312,14 @@ class SecurePair:
         )
         self._spawn("kafka", self._kafka_argv(), self._kafka_ready, services.KAFKA.marker)
         self.make_users()
+        self._spawn("ferretdb", self._ferretdb_argv(), self._mongo_ready, str(services.FERRETDB_BIN))
 
     def stop(self) -> None:
-        for name, marker in (("kafka", services.KAFKA.marker), ("zookeeper", services.ZOOKEEPER.marker)):
+        for name, marker in (
+            ("ferretdb", str(services.FERRETDB_BIN)),
+            ("kafka", services.KAFKA.marker),
+            ("zookeeper", services.ZOOKEEPER.marker),
+        ):
             _, pid_file = self._paths(name)
             toolkit.terminate(f"secure {name}", pid_file, marker, 30.0, services.say)
 
@@ -320,6 +374,7 @@ class SecurePair:
     def ams_settings(self) -> dict[str, str]:
         """The ``AMS_*`` settings of an AMS process on this pair (brokers found in ZooKeeper)."""
         return {
+            "AMS_MONGO_URI": self.mongo_uri(),
             "AMS_ZOOKEEPER_HOSTS": f"localhost:{self.zk_port}",
             "AMS_KAFKA_ZNODE": KAFKA_ZNODE,
             "AMS_ZOOKEEPER_TLS": "true",
