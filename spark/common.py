@@ -94,10 +94,87 @@ def parse_kafka_rows(kafka_df: DataFrame) -> DataFrame:
     )
 
 
-def read_kafka(spark: SparkSession, bootstrap: str, options: dict[str, str]) -> DataFrame:
-    """A batch read of Spark's Kafka source (needs the spark-sql-kafka-0-10 connector)."""
+#: The Kafka link's security comes from these environment variables (as the metadata store's URI,
+#: out of the process list; the spark role's ams-spark-job reads them from a file only the spark
+#: user can read): PROTOCOL (PLAINTEXT, SSL or SASL_SSL), SASL_MECHANISM, SASL_USERNAME,
+#: SASL_PASSWORD, CA_FILE (docs/spark.md).
+KAFKA_ENV_PREFIX = "AMS_SPARK_KAFKA_"
+KAFKA_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_SSL")
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """How the jobs talk to Kafka: what AMS's settings ``kafka_security_protocol`` and the
+    ``kafka_sasl_*`` and ``kafka_ca_file`` say for the service (a read-only user of its own)."""
+
+    protocol: str = "PLAINTEXT"
+    mechanism: str = "SCRAM-SHA-512"
+    username: str = ""
+    password: str = ""
+    ca_file: str = ""
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> KafkaSecurity:
+        env = os.environ if environ is None else environ
+
+        def get(name: str, default: str = "") -> str:
+            return env.get(KAFKA_ENV_PREFIX + name, "") or default
+
+        found = cls(
+            get("PROTOCOL", "PLAINTEXT").upper(),
+            get("SASL_MECHANISM", "SCRAM-SHA-512"),
+            get("SASL_USERNAME"),
+            get("SASL_PASSWORD"),
+            get("CA_FILE"),
+        )
+        if found.protocol not in KAFKA_PROTOCOLS:
+            raise ValueError(f"{KAFKA_ENV_PREFIX}PROTOCOL must be one of {', '.join(KAFKA_PROTOCOLS)}")
+        if found.protocol == "SASL_SSL" and not (found.username and found.password):
+            raise ValueError(f"SASL_SSL needs {KAFKA_ENV_PREFIX}SASL_USERNAME and {KAFKA_ENV_PREFIX}SASL_PASSWORD")
+        return found
+
+    def librdkafka(self) -> dict[str, str]:
+        """The options of a confluent-kafka client (the driver's reads of the bounds)."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        options = {"security.protocol": self.protocol.lower()}
+        if self.ca_file:
+            options["ssl.ca.location"] = self.ca_file
+        if self.protocol == "SASL_SSL":
+            options |= {
+                "sasl.mechanism": self.mechanism,
+                "sasl.username": self.username,
+                "sasl.password": self.password,
+            }
+        return options
+
+    def spark_options(self) -> dict[str, str]:
+        """The options of Spark's Kafka source (the Java client's, each behind ``kafka.``)."""
+        if self.protocol == "PLAINTEXT":
+            return {}
+        options = {"kafka.security.protocol": self.protocol}
+        if self.ca_file:
+            options |= {"kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": self.ca_file}
+        if self.protocol == "SASL_SSL":
+
+            def quoted(text: str) -> str:
+                return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+            options |= {
+                "kafka.sasl.mechanism": self.mechanism,
+                "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                f"username={quoted(self.username)} password={quoted(self.password)};",
+            }
+        return options
+
+
+def read_kafka(
+    spark: SparkSession, bootstrap: str, options: dict[str, str], security: KafkaSecurity | None = None
+) -> DataFrame:
+    """A batch read of Spark's Kafka source (needs the spark-sql-kafka-0-10 connector), with the
+    link's security (default: from the environment, ``KafkaSecurity.from_env``)."""
     reader = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-    for key, value in options.items():
+    for key, value in ((security or KafkaSecurity.from_env()).spark_options() | options).items():
         reader = reader.option(key, value)
     return reader.load().select("topic", "partition", "offset", "timestamp", "value")
 
@@ -176,11 +253,16 @@ def read_subscriptions(db: Any) -> list[SubscriptionState]:
     return out
 
 
-def kafka_end_offsets(bootstrap: str, keys: Iterable[str]) -> dict[str, tuple[int, int]]:
+def kafka_end_offsets(
+    bootstrap: str, keys: Iterable[str], security: KafkaSecurity | None = None
+) -> dict[str, tuple[int, int]]:
     """(low, high) watermarks of partition 0 of each of ``keys`` that exists in Kafka."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "ams-spark-bounds", "enable.auto.commit": False})
+    link = (security or KafkaSecurity.from_env()).librdkafka()
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "ams-spark-bounds", "enable.auto.commit": False, **link}
+    )
     try:
         present = set(consumer.list_topics(timeout=30).topics)
         out: dict[str, tuple[int, int]] = {}

@@ -92,7 +92,7 @@ def _closed(client: KazooClient) -> None:
 def _refused(client: KazooClient) -> str:
     """How a session that ZooKeeper should refuse ends (the exception's name)."""
     try:
-        client.start(timeout=5)
+        client.start(timeout=3)
         client.get_children("/")
     except Exception as exc:  # kazoo raises a timeout or a session error, depending on the stage
         return type(exc).__name__
@@ -344,3 +344,32 @@ def test_metadata_store_wants_tls_and_a_login(pair: Any) -> None:
     with pytest.raises(OperationFailure) as wrong:
         _mongo_ping(pair.mongo_uri(password="not-the-password"))
     assert wrong.value.code == 18  # AuthenticationFailed
+
+
+# ------------------------------------------------------------------ the Spark jobs' reads ------
+def test_spark_jobs_read_the_bounds_as_their_read_only_user(served: Any, pair: Any) -> None:
+    from spark.common import KafkaSecurity, kafka_end_offsets, topic_key
+
+    api = served.api()
+    project = api.new_project()
+    api.put(f"/projects/{project}/topics/bounds")
+    api.post(f"/projects/{project}/topics/bounds:publish", json={"messages": [{"data": b64("x")}] * 3})
+    key = topic_key(_project_uuid(served, project), "bounds")
+    env = {
+        "AMS_SPARK_KAFKA_PROTOCOL": "SASL_SSL",
+        "AMS_SPARK_KAFKA_SASL_USERNAME": secure_services.SPARK_USER,
+        "AMS_SPARK_KAFKA_SASL_PASSWORD": pair.passwords[secure_services.SPARK_USER],
+        "AMS_SPARK_KAFKA_CA_FILE": str(pair.tls.ca),
+    }
+    bootstrap = f"localhost:{pair.client_port}"
+    assert kafka_end_offsets(bootstrap, [key], KafkaSecurity.from_env(env)) == {key: (0, 3)}
+
+
+def _project_uuid(served: Any, project: str) -> str:
+    from pymongo import MongoClient
+
+    client: Any = MongoClient(served.env["AMS_MONGO_URI"], serverSelectionTimeoutMS=3000)
+    try:
+        return str(client[served.env["AMS_MONGO_DATABASE"]]["projects"].find_one({"name": project})["uuid"])
+    finally:
+        client.close()
