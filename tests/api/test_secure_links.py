@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import socket
 import ssl
@@ -28,7 +29,7 @@ from kazoo.exceptions import NoAuthError
 
 from ams_app.backends.kafka.connect import discover_brokers
 from ams_app.settings import load_settings
-from tests.helpers import b64, free_port, load_tool, unique
+from tests.helpers import ROOT, b64, free_port, load_tool, run_probe, unique
 
 secure_services = load_tool("secure_services")
 
@@ -373,3 +374,33 @@ def _project_uuid(served: Any, project: str) -> str:
         return str(client[served.env["AMS_MONGO_DATABASE"]]["projects"].find_one({"name": project})["uuid"])
     finally:
         client.close()
+
+
+# ------------------------------------------------------------------ the roles' health scripts --
+KAFKA_HEALTH = ROOT / "roles" / "kafka" / "files" / "kafka-health"
+ZOOKEEPER_HEALTH = ROOT / "roles" / "zookeeper" / "files" / "zookeeper-health"
+
+
+def _tls_args(pair: Any, who: str | None) -> list[str]:
+    args = ["--tls-ca", str(pair.tls.ca)]
+    return [*args, "--tls-cert", str(pair.tls.cert(who)), "--tls-key", str(pair.tls.key(who))] if who else args
+
+
+def test_kafka_health_speaks_tls_with_the_brokers_certificate(pair: Any) -> None:
+    done = run_probe(KAFKA_HEALTH, pair.broker_port, "--broker-id", "0", *_tls_args(pair, "kafka"))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["brokers"] == [0]
+    for who in (None, "stranger"):  # the broker listener wants a certificate of the CA
+        refused = run_probe(KAFKA_HEALTH, pair.broker_port, *_tls_args(pair, who))
+        assert refused.returncode == 2, refused.stdout
+    plaintext = run_probe(KAFKA_HEALTH, pair.broker_port)
+    assert plaintext.returncode == 2, plaintext.stdout
+
+
+def test_zookeeper_health_speaks_tls_on_the_secure_port(pair: Any) -> None:
+    done = run_probe(ZOOKEEPER_HEALTH, pair.zk_port, "--serving", *_tls_args(pair, "zookeeper"))
+    assert (done.returncode, done.stdout.strip()) == (0, "standalone"), done.stderr
+    refused = run_probe(ZOOKEEPER_HEALTH, pair.zk_port, "--ruok", *_tls_args(pair, None))
+    assert refused.returncode != 0, refused.stdout
+    plain = run_probe(ZOOKEEPER_HEALTH, pair.zk_plain_port, "--ruok")  # loopback, for the handlers
+    assert (plain.returncode, plain.stdout.strip()) == (0, "imok"), plain.stderr
