@@ -105,3 +105,5 @@ def test_keys_are_private_and_a_second_run_changes_nothing(
     assert set(_changed(again).values()) == {0}, _changed(again)
     for key in [pki / "ca.key", *pki.glob("hosts/*/*.key")]:
         assert key.stat().st_mode & 0o077 == 0, key
+    for key in pki.glob("hosts/*/*.key"):  # PKCS#8: what ZooKeeper's and Kafka's PEM key stores read
+        assert key.read_text().startswith("-----BEGIN PRIVATE KEY-----"), key
