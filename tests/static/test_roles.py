@@ -161,20 +161,32 @@ def test_production_inventory_computes_the_topology() -> None:
     vault = ["-e", "@inventories/production/group_vars/all/vault.yml.example"]
     servers = _templated(inventory, "lb1.example.org", "haproxy_backend_servers", vault)
     assert servers == [{"name": f"ams{i}.example.org", "address": f"10.0.0.1{i}", "port": 8080} for i in (1, 2, 3)]
+    # every internal link secured (docs/production.md, "Security"): Kafka's SASL_SSL listener,
+    # ZooKeeper's secure port, TLS to the metadata store with the internal CA the nodes hold
     assert _templated(inventory, "ams2.example.org", "ams_kafka_bootstrap_servers", vault) == (
-        "10.0.0.21:9092,10.0.0.22:9092,10.0.0.23:9092"
+        "10.0.0.21:9093,10.0.0.22:9093,10.0.0.23:9093"
     )
     assert _templated(inventory, "kafka1.example.org", "kafka_zookeeper_connect", vault) == (
-        "10.0.0.21:2181,10.0.0.22:2181,10.0.0.23:2181/kafka"
+        "10.0.0.21:2182,10.0.0.22:2182,10.0.0.23:2182/kafka"
     )
     uri = _templated(inventory, "ams1.example.org", "ams_mongo_uri", vault)
-    assert uri == "mongodb://ams:CHANGE-ME@mongo1.example.org:27017/?replicaSet=rs0&authSource=argo_msg"
-    assert _templated(inventory, "ams1.example.org", "ams_service_token", vault) == "CHANGE-ME-openssl-rand-hex-32"
-    # the Spark master drives the jobs against the same Kafka and metadata store as the AMS nodes
-    assert _templated(inventory, "spark1.example.org", "spark_jobs_mongo_uri", vault) == uri
-    assert _templated(inventory, "spark1.example.org", "spark_jobs_kafka_bootstrap_servers", vault) == (
-        "10.0.0.21:9092,10.0.0.22:9092,10.0.0.23:9092"
+    assert uri == (
+        "mongodb://ams:CHANGE-ME@mongo1.example.org:27017/?replicaSet=rs0&authSource=argo_msg"
+        "&tls=true&tlsCAFile=/etc/ams/tls/internal-ca.pem"
     )
+    assert _templated(inventory, "ams1.example.org", "ams_service_token", vault) == "CHANGE-ME-openssl-rand-hex-32"
+    assert _templated(inventory, "ams1.example.org", "ams_kafka_security_protocol", vault) == "SASL_SSL"
+    assert _templated(inventory, "ams1.example.org", "ams_zookeeper_tls_certificate_src", vault).endswith(
+        "inventories/production/pki/hosts/ams1.example.org/ams.pem"
+    )
+    # the Spark master drives the jobs against the same Kafka and metadata store as the AMS nodes,
+    # with the internal CA where the spark role puts it, as the read-only user spark
+    spark_uri = _templated(inventory, "spark1.example.org", "spark_jobs_mongo_uri", vault)
+    assert spark_uri == uri.replace("/etc/ams/tls/internal-ca.pem", "/etc/spark/internal-ca.pem")
+    assert _templated(inventory, "spark1.example.org", "spark_jobs_kafka_bootstrap_servers", vault) == (
+        "10.0.0.21:9093,10.0.0.22:9093,10.0.0.23:9093"
+    )
+    assert _templated(inventory, "spark1.example.org", "spark_jobs_kafka_sasl_username", vault) == "spark"
     assert _templated(inventory, "spark1.example.org", "spark_jobs_enabled", vault) is True
 
 

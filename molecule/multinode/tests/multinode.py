@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -157,14 +158,45 @@ def changes_of(inventory: Path, *playbooks: Path, timeout: float = 1500) -> tupl
 
 
 # ---------------------------------------------------------------------- ZooKeeper, Kafka ------
-ZOOKEEPER_PORT = 2181
-KAFKA_PORT = 9092
+# Every internal link is secured (docs/production.md, "Security"): ZooKeeper's clients on its secure
+# port with a certificate of the internal CA (the plain port is on each member's loopback), Kafka's
+# brokers on BROKER (mutual TLS; their own certificate is the super user) and its clients on CLIENT
+# (SASL_SSL). The tests take the certificates roles/internal_pki made on this machine for the
+# scenario (inventories/multinode: internal_pki_dir), as an operator's tools would.
+ZOOKEEPER_PORT = 2182
+ZOOKEEPER_PLAIN_PORT = 2181
+KAFKA_BROKER_PORT = 9091
+KAFKA_PORT = 9093
+KAFKA_PLAIN_PORT = 9092
+PKI = ROOT / ".cache" / "artifacts" / "pki-multinode"
+INTERNAL_CA = PKI / "ca.pem"
+VAULT = yaml.safe_load((INVENTORY / "group_vars" / "all" / "20-vault.yml").read_text())
+
+
+def identity(name: str, host: str | None = None) -> tuple[str, str]:
+    """(certificate, key) of the identity ``name`` (zookeeper, kafka, ams, mongodb) as ``host`` holds
+    it (default: the first member of the group of that name)."""
+    holder = host or GROUPS[name][0]
+    return str(PKI / "hosts" / holder / f"{name}.pem"), str(PKI / "hosts" / holder / f"{name}.key")
+
+
+def tls_context(name: str | None) -> ssl.SSLContext:
+    """TLS that checks a server against the internal CA (and its name or address), presenting the
+    certificate of the identity ``name`` (none: no client certificate)."""
+    context = ssl.create_default_context(cafile=str(INTERNAL_CA))
+    if name:
+        context.load_cert_chain(*identity(name))
+    return context
 
 
 def srvr_mode(member: str) -> str:
-    """The member's ``Mode:`` from the srvr four-letter word, or why there is none."""
+    """The member's ``Mode:`` from the srvr four-letter word (over TLS, on its secure port), or why
+    there is none."""
     try:
-        with socket.create_connection((ADDRESS[member], ZOOKEEPER_PORT), timeout=3) as conn:
+        with (
+            socket.create_connection((ADDRESS[member], ZOOKEEPER_PORT), timeout=3) as raw,
+            tls_context("ams").wrap_socket(raw, server_hostname=ADDRESS[member]) as conn,
+        ):
             conn.sendall(b"srvr")
             answer = b""
             while chunk := conn.recv(4096):
@@ -175,6 +207,22 @@ def srvr_mode(member: str) -> str:
         if line.startswith("Mode:"):
             return line.split(":", 1)[1].strip()
     return "not serving"
+
+
+def zookeeper_client(members: list[str], who: str = "ams", timeout: float = 10) -> Any:
+    """A kazoo client of ``members``' secure ports with the certificate of ``who`` (not started)."""
+    from kazoo.client import KazooClient
+
+    cert, key = identity(who)
+    return KazooClient(
+        hosts=",".join(f"{ADDRESS[m]}:{ZOOKEEPER_PORT}" for m in members),
+        timeout=timeout,
+        use_ssl=True,
+        ca=str(INTERNAL_CA),
+        certfile=cert,
+        keyfile=key,
+        check_hostname=True,
+    )
 
 
 def _kafka_health() -> ModuleType:
@@ -189,14 +237,53 @@ def _kafka_health() -> ModuleType:
 KAFKA_HEALTH = _kafka_health()
 
 
+def broker_metadata(broker: str, timeout: float = 5.0) -> Any:
+    """The cluster's metadata as ``broker`` answers it on BROKER, as the brokers' own identity."""
+    return KAFKA_HEALTH.fetch_metadata(ADDRESS[broker], KAFKA_BROKER_PORT, timeout, tls_context("kafka"))
+
+
 def kafka_metadata(brokers: list[str] | None = None) -> Any:
     """The cluster's metadata (kafka-health's Metadata) from the first broker that answers."""
     for broker in brokers or GROUPS["kafka"]:
         try:
-            return KAFKA_HEALTH.fetch_metadata(ADDRESS[broker], KAFKA_PORT, 5.0)
+            return broker_metadata(broker)
         except (OSError, ValueError):
             continue
     raise AssertionError(f"no broker of {brokers or GROUPS['kafka']} answered")
+
+
+def kafka_client(user: str = "ams", password: str | None = None, **options: Any) -> dict[str, Any]:
+    """librdkafka's options for the CLIENT listeners as the SCRAM ``user`` (its vault password
+    unless ``password``)."""
+    secret = VAULT[f"vault_kafka_{user}_password"] if password is None else password
+    return {
+        "bootstrap.servers": ",".join(f"{ADDRESS[b]}:{KAFKA_PORT}" for b in GROUPS["kafka"]),
+        "security.protocol": "sasl_ssl",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": user,
+        "sasl.password": secret,
+        "ssl.ca.location": str(INTERNAL_CA),
+        "socket.timeout.ms": 5000,
+        **options,
+    }
+
+
+# ---------------------------------------------------------------------- the metadata store -----
+MONGO = GROUPS["mongodb"][0]
+MONGO_PORT = 27017
+DATABASE = "argo_msg"
+
+
+def mongo_client(user: str = "ams", password: str | None = None, tls: bool = True) -> Any:
+    """A pymongo client of the store (FerretDB) as ``user`` (empty: no login; its vault password
+    unless ``password``), over TLS checked against the internal CA unless not ``tls``."""
+    from pymongo import MongoClient
+
+    login = f"{user}:{VAULT['vault_mongodb_app_password'] if password is None else password}@" if user else ""
+    options = f"tls=true&tlsCAFile={INTERNAL_CA}" if tls else "tls=false"
+    if user:
+        options += f"&authSource={DATABASE}&authMechanism=SCRAM-SHA-256"
+    return MongoClient(f"mongodb://{login}{ADDRESS[MONGO]}:{MONGO_PORT}/?{options}", serverSelectionTimeoutMS=10000)
 
 
 # ---------------------------------------------------------------------- haproxy ----------------

@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from kazoo.client import KazooClient
-from multinode import ADDRESS, GROUPS, ZOOKEEPER_PORT, kill, report, srvr_mode, start, unique, wait_until
+from multinode import GROUPS, kill, report, srvr_mode, start, unique, wait_until, zookeeper_client
 
 MEMBERS = GROUPS["zookeeper"]
 
@@ -28,7 +27,7 @@ def one_leader(members: list[str]) -> str | None:
 
 def write_and_read(members: list[str]) -> None:
     """A write through the given members (a quorum must acknowledge it), read back, removed."""
-    client = KazooClient(hosts=",".join(f"{ADDRESS[m]}:{ZOOKEEPER_PORT}" for m in members), timeout=10)
+    client = zookeeper_client(members)
     client.start(timeout=20)
     try:
         path = f"/multinode-test/{unique('w')}"

@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 
 import pytest
 from multinode import (
-    ADDRESS,
     GROUPS,
     INVENTORY,
     KAFKA_HEALTH,
-    KAFKA_PORT,
     ROOT,
     Api,
     Traffic,
+    broker_metadata,
     check_nothing_lost,
     host,
     report,
@@ -73,7 +72,7 @@ class Monitor:
         if self.probe == "zookeeper":
             return srvr_mode(name) in SERVING
         try:
-            metadata = KAFKA_HEALTH.fetch_metadata(ADDRESS[name], KAFKA_PORT, 2.0)
+            metadata = broker_metadata(name, 2.0)
         except (OSError, ValueError):
             return False
         summary = KAFKA_HEALTH.summarize(metadata)

@@ -24,8 +24,7 @@ from typing import Any
 
 import pytest
 import requests
-from multinode import ADDRESS, GROUPS, PROJECT, Api, host, report, unique, wait_until
-from pymongo import MongoClient
+from multinode import ADDRESS, GROUPS, PROJECT, VAULT, Api, host, mongo_client, report, unique, wait_until
 
 MASTER = GROUPS["spark_master"][0]
 MONGO = GROUPS["mongodb"][0]
@@ -77,10 +76,21 @@ def test_the_jobs_store_uri_stays_private():
     master = host(MASTER)
     env = master.file("/etc/spark/ams-jobs.env")
     assert (env.user, env.group, env.mode) == ("root", "spark", 0o640)
-    assert f"mongodb://{MONGO}:27017/" in env.content_string
-    # the command line carries no URI: the jobs read it from the environment
-    assert "mongodb://" not in master.file("/usr/local/bin/ams-spark-job").content_string
-    assert "mongodb://" not in master.run("systemctl cat ams-spark-job@.service").stdout
+    content = env.content_string
+    # the store over TLS with AMS's login; Kafka as the read-only user spark, over SASL_SSL
+    assert f"@{MONGO}:27017/?" in content
+    assert "tls=true&tlsCAFile=/etc/spark/internal-ca.pem" in content
+    assert "AMS_SPARK_KAFKA_PROTOCOL=SASL_SSL" in content
+    assert "AMS_SPARK_KAFKA_SASL_USERNAME=spark" in content
+    password = VAULT["vault_kafka_spark_password"]
+    assert f"AMS_SPARK_KAFKA_SASL_PASSWORD={password}" in content
+    # the command line carries no URI nor password: the jobs read them from the environment
+    for where in (
+        master.file("/usr/local/bin/ams-spark-job").content_string,
+        master.run("systemctl cat ams-spark-job@.service").stdout,
+    ):
+        assert "mongodb://" not in where
+        assert password not in where
 
 
 def test_ams_spark_job_refuses_other_users_and_unknown_jobs():
@@ -168,8 +178,7 @@ def test_jobs_run_on_both_workers_and_their_figures_reach_the_api(api):
         assert {host(spark_host).file(p).user for p in parts} == {"spark"}
     assert master.file(f"{OUTPUT}/usage_report/topics/day={yesterday}/_SUCCESS").exists
     # the archive's progress in the store: the topic's seven records, offsets 0 to 6
-    store = f"mongodb://{ADDRESS[MONGO]}:27017/"
-    client: MongoClient[dict[str, Any]] = MongoClient(store, serverSelectionTimeoutMS=10000)
+    client = mongo_client()
     try:
         project = client[DATABASE]["projects"].find_one({"name": PROJECT})
         assert project is not None

@@ -1,0 +1,314 @@
+"""A stranger on the appliance's network: this machine, on the scenario's bridge, with no credentials
+(or wrong ones), tries every internal link that carries a tenant's data or AMS's coordination, and is
+refused. Each refusal sits beside the same link used with the right credentials (the certificates
+roles/internal_pki made, the vault's passwords), so that a dead service cannot pass as "refused"
+(docs/production.md, "Security").
+
+The tenant's secret: a message published through haproxy, as a client does; then the stranger looks
+for it on Kafka, in ZooKeeper and in the metadata store."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import sys
+import time
+from importlib.machinery import SourceFileLoader
+from types import ModuleType
+from typing import Any
+
+import pytest
+import requests
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from kazoo.exceptions import NoAuthError
+from multinode import (
+    ADDRESS,
+    CA,
+    DATABASE,
+    GROUPS,
+    INTERNAL_CA,
+    KAFKA_BROKER_PORT,
+    KAFKA_PLAIN_PORT,
+    KAFKA_PORT,
+    MONGO,
+    MONGO_PORT,
+    PROJECT,
+    ROOT,
+    ZOOKEEPER_PLAIN_PORT,
+    ZOOKEEPER_PORT,
+    Api,
+    b64,
+    host,
+    identity,
+    kafka_client,
+    mongo_client,
+    report,
+    tls_context,
+    unique,
+    zookeeper_client,
+)
+from pymongo.errors import OperationFailure, ServerSelectionTimeoutError
+
+SECRET = "the tenant's secret payload"
+BROKERS = GROUPS["kafka"]
+MEMBERS = GROUPS["zookeeper"]
+STORE = MONGO
+
+
+def _pki() -> ModuleType:
+    loader = SourceFileLoader("multinode_pki", str(ROOT / "tools" / "pki.py"))
+    module = ModuleType(loader.name)
+    sys.modules[loader.name] = module
+    loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def tenant() -> dict[str, str]:
+    """A topic with the secret in it, published through haproxy; its Kafka topic's name."""
+    api = Api()
+    api.call("POST", f"/projects/{PROJECT}", {"description": "molecule multinode"}, ok=(200, 409))
+    topic = unique("secret")
+    api.topic(topic)
+    api.publish(topic, [SECRET])
+    store = mongo_client()
+    try:
+        project_uuid = store.get_database(DATABASE)["projects"].find_one({"name": PROJECT})["uuid"]
+    finally:
+        store.close()
+    return {"topic": topic, "kafka_topic": f"{project_uuid}.{topic}"}
+
+
+@pytest.fixture(scope="module")
+def stranger_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A certificate with AMS's subject, CN=ams, from a CA of the stranger's own."""
+    pki = _pki()
+    made = pki.service_cert(pki.new_ca("A stranger's CA"), "ams", "stranger")
+    cert, key = made.write(tmp_path_factory.mktemp("stranger"), "stranger")
+    return cert, key
+
+
+def _refused_tls(address: str, port: int, context: ssl.SSLContext) -> None:
+    """A TLS handshake (and a first read, where TLS 1.3 tells a client its certificate was refused)
+    that the server must refuse."""
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        _handshake(address, port, context)
+
+
+def _handshake(address: str, port: int, context: ssl.SSLContext) -> None:
+    with (
+        socket.create_connection((address, port), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=address) as conn,
+    ):
+        conn.settimeout(2)
+        with contextlib.suppress(TimeoutError):  # nothing refused: the server waits for a request
+            conn.recv(1)
+
+
+def _closed_port(address: str, port: int) -> None:
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((address, port), timeout=5).close()
+
+
+def _admin_errors(config: dict[str, Any]) -> tuple[list[KafkaError], KafkaException | None]:
+    errors: list[KafkaError] = []
+    admin = AdminClient({**config, "error_cb": errors.append})
+    raised = None
+    try:
+        admin.list_topics(timeout=8)
+    except KafkaException as exc:
+        raised = exc
+    admin.poll(0.5)
+    return errors, raised
+
+
+# ------------------------------------------------------------------ Kafka ----------------------
+@pytest.mark.parametrize("broker", BROKERS)
+def test_no_plaintext_kafka_listener(broker: str) -> None:
+    _closed_port(ADDRESS[broker], KAFKA_PLAIN_PORT)
+    _handshake(ADDRESS[broker], KAFKA_PORT, tls_context(None))  # the control: CLIENT speaks TLS
+
+
+def test_kafka_refuses_plaintext_and_a_wrong_password(tenant: dict[str, str]) -> None:
+    topics = AdminClient(kafka_client()).list_topics(timeout=20).topics
+    assert tenant["kafka_topic"] in topics, "the control: AMS's user sees the tenant's topic"
+    plain = {"bootstrap.servers": kafka_client()["bootstrap.servers"], "socket.timeout.ms": 5000}
+    errors, raised = _admin_errors(plain)
+    assert raised is not None
+    assert raised.args[0].code() == KafkaError._TRANSPORT
+    errors, raised = _admin_errors(kafka_client(password="not-the-password"))
+    assert raised is not None
+    assert KafkaError._AUTHENTICATION in [e.code() for e in errors], errors
+
+
+def test_kafka_spark_user_reads_the_tenant_topic_but_cannot_write_it(tenant: dict[str, str]) -> None:
+    reader = Consumer(kafka_client("spark", **{"group.id": "spark-kafka-multinode", "enable.auto.commit": False}))
+    try:
+        reader.assign([TopicPartition(tenant["kafka_topic"], 0, 0)])
+        message = None
+        deadline = time.monotonic() + 30
+        while message is None and time.monotonic() < deadline:
+            message = reader.poll(1)
+        assert message is not None
+        assert message.error() is None
+        assert b64(SECRET).encode() in message.value()  # the control: the jobs' user reads
+    finally:
+        reader.close()
+    outcomes: list[Any] = []
+    writer = Producer(kafka_client("spark", **{"message.timeout.ms": 10000}))
+    writer.produce(tenant["kafka_topic"], b"forged", on_delivery=lambda err, _msg: outcomes.append(err))
+    writer.flush(20)
+    assert [e.code() for e in outcomes] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+
+def test_kafka_broker_listener_wants_a_broker_certificate(stranger_files: tuple[str, str]) -> None:
+    broker = ADDRESS[BROKERS[0]]
+    _handshake(broker, KAFKA_BROKER_PORT, tls_context("kafka"))  # the control
+    _refused_tls(broker, KAFKA_BROKER_PORT, tls_context(None))
+    stranger = ssl.create_default_context(cafile=str(INTERNAL_CA))
+    stranger.load_cert_chain(*stranger_files)
+    _refused_tls(broker, KAFKA_BROKER_PORT, stranger)
+    # a certificate of the internal CA whose subject no ACL names (ZooKeeper's) sees no topic
+    other_cert, other_key = identity("zookeeper")
+    other = {
+        "bootstrap.servers": f"{broker}:{KAFKA_BROKER_PORT}",
+        "security.protocol": "ssl",
+        "ssl.ca.location": str(INTERNAL_CA),
+        "ssl.certificate.location": other_cert,
+        "ssl.key.location": other_key,
+    }
+    assert not AdminClient(other).list_topics(timeout=20).topics
+    kafka_cert, kafka_key = identity("kafka")
+    brokers = {**other, "ssl.certificate.location": kafka_cert, "ssl.key.location": kafka_key}
+    assert AdminClient(brokers).list_topics(timeout=20).topics
+
+
+# ------------------------------------------------------------------ ZooKeeper ------------------
+@pytest.mark.parametrize("member", MEMBERS)
+def test_zookeeper_plain_port_is_not_on_the_network(member: str) -> None:
+    _closed_port(ADDRESS[member], ZOOKEEPER_PLAIN_PORT)
+    # on the member itself it answers the health words, for the role's checks
+    assert host(member).run(f"/usr/local/sbin/zookeeper-health 127.0.0.1 {ZOOKEEPER_PLAIN_PORT} --ruok").rc == 0
+
+
+def test_zookeeper_wants_a_certificate_of_the_internal_ca(stranger_files: tuple[str, str]) -> None:
+    member = ADDRESS[MEMBERS[0]]
+    _handshake(member, ZOOKEEPER_PORT, tls_context("ams"))  # the control
+    _refused_tls(member, ZOOKEEPER_PORT, tls_context(None))
+    stranger = ssl.create_default_context(cafile=str(INTERNAL_CA))
+    stranger.load_cert_chain(*stranger_files)
+    _refused_tls(member, ZOOKEEPER_PORT, stranger)
+    # the election port takes members only: a member's certificate, from that member's address
+    peer = MEMBERS[1]
+    control = host(peer).run(
+        'python3 -c \'import socket, ssl; d = "/etc/zookeeper/tls/"; '
+        'c = ssl.create_default_context(cafile=d + "ca.pem"); '
+        'c.load_cert_chain(d + "zookeeper.pem", d + "zookeeper.key"); '
+        f's = c.wrap_socket(socket.create_connection(("{MEMBERS[0]}", 3888), timeout=5), '
+        f'server_hostname="{MEMBERS[0]}"); print(s.version())\''
+    )
+    assert control.rc == 0, control.stderr
+    _refused_tls(member, 3888, tls_context(None))
+    _refused_tls(member, 3888, tls_context("zookeeper"))  # a member's certificate, not from its address
+
+
+def test_ams_znodes_belong_to_the_ams_certificate(tenant: dict[str, str]) -> None:
+    api = Api()
+    sub = unique("claimed")
+    api.subscription(sub, tenant["topic"])
+    api.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:pull", {"maxMessages": "1", "returnImmediately": "true"})
+    owners = f"/ams-consume/{DATABASE}/owners"
+    ams = zookeeper_client(MEMBERS)
+    ams.start(timeout=20)
+    try:
+        claims = ams.get_children(owners)
+        assert claims
+        claim = f"{owners}/{claims[0]}"
+        acls, _ = ams.get_acls(claim)
+        assert [(a.id.scheme, a.id.id) for a in acls] == [("x509", "CN=ams")]
+        ams.get(claim)  # the control
+    finally:
+        ams.stop()
+        ams.close()
+    other = zookeeper_client(MEMBERS, who="zookeeper")
+    other.start(timeout=20)
+    try:
+        for path in (claim, f"/ams-metadata/{DATABASE}"):
+            with pytest.raises(NoAuthError):
+                other.get(path)
+            with pytest.raises(NoAuthError):
+                other.set(path, b"forged")
+        with pytest.raises(NoAuthError):
+            other.get("/kafka/config/users/ams")  # Kafka's SCRAM credentials
+    finally:
+        other.stop()
+        other.close()
+
+
+# ------------------------------------------------------------------ the metadata store ---------
+def test_metadata_store_wants_tls_and_a_login() -> None:
+    store = mongo_client()
+    try:
+        users = list(store.get_database(DATABASE)["users"].find({}, {"token": 1, "name": 1}))
+    finally:
+        store.close()
+    assert users, "the control: AMS's login over TLS reads the users"
+    plain = mongo_client(tls=False)
+    try:
+        with pytest.raises(ServerSelectionTimeoutError):
+            plain.get_database(DATABASE).list_collection_names()
+    finally:
+        plain.close()
+    for user, password, code in (("", None, 13), ("ams", "not-the-password", 18)):
+        client = mongo_client(user=user, password=password)
+        try:
+            with pytest.raises(OperationFailure) as refused:
+                client.get_database(DATABASE).list_collection_names()
+            assert refused.value.code == code
+        finally:
+            client.close()
+
+
+def test_a_copy_of_the_store_holds_no_usable_token() -> None:
+    api = Api()
+    name = unique("tenant-user")
+    token = api.call("POST", f"/users/{name}", {"service_roles": []})["token"]
+    store = mongo_client()
+    try:
+        stored = store.get_database(DATABASE)["users"].find_one({"name": name})
+    finally:
+        store.close()
+    assert token not in repr(stored)
+    assert str(stored["token"]).startswith("sealed:")
+    assert requests.get(f"{api.base}/users/profile", params={"key": token}, verify=str(CA), timeout=30).ok
+    refused = requests.get(f"{api.base}/users/profile", params={"key": stored["token"]}, verify=str(CA), timeout=30)
+    assert refused.status_code == 401
+    report("strangers", {"sealed": True})
+
+
+# ------------------------------------------------------------------ listeners ------------------
+#: What may listen on the network (not loopback) on the hosts whose links are secured: ZooKeeper's
+#: secure, quorum and election ports, Kafka's BROKER and CLIENT listeners, the JMX and node
+#: exporters of the monitoring host, the store's TLS port. Anything else, such as a leftover
+#: PLAINTEXT://:9092 or ZooKeeper's plain 2181, fails here.
+ALLOWED = {
+    "kafka": {ZOOKEEPER_PORT, 2888, 3888, KAFKA_BROKER_PORT, KAFKA_PORT, 7000, 7071, 9100},
+    "mongodb": {MONGO_PORT, 9100},
+}
+
+
+@pytest.mark.parametrize("name", [*BROKERS, STORE])
+def test_nothing_else_listens_on_the_network(name: str) -> None:
+    listing = host(name).run("ss -ltnH")
+    assert listing.rc == 0, listing.stderr
+    ports = set()
+    for line in listing.stdout.splitlines():
+        address, _, port = line.split()[3].rpartition(":")
+        address = address.strip("[]").removeprefix("::ffff:")  # Java's listeners show IPv4 mapped
+        if not address.startswith("127.") and address != "::1":
+            ports.add(int(port))
+    allowed, serving = (ALLOWED["kafka"], KAFKA_PORT) if name in BROKERS else (ALLOWED["mongodb"], MONGO_PORT)
+    assert ports <= allowed, sorted(ports - allowed)
+    assert serving in ports  # the control: the service does listen on the network
