@@ -248,13 +248,13 @@ def test_ams_znodes_belong_to_the_ams_certificate(tenant: dict[str, str]) -> Non
 
 
 # ------------------------------------------------------------------ the metadata store ---------
-def test_metadata_store_wants_tls_and_a_login() -> None:
+def test_metadata_store_wants_tls_and_a_login(tenant: dict[str, str]) -> None:
     store = mongo_client()
     try:
-        users = list(store.get_database(DATABASE)["users"].find({}, {"token": 1, "name": 1}))
+        projects = list(store.get_database(DATABASE)["projects"].find({"name": PROJECT}))
     finally:
         store.close()
-    assert users, "the control: AMS's login over TLS reads the users"
+    assert projects, "the control: AMS's login over TLS reads the tenant's project"
     plain = mongo_client(tls=False)
     try:
         with pytest.raises(ServerSelectionTimeoutError):
