@@ -132,15 +132,7 @@ def render_server_properties(
             f"zookeeper.ssl.truststore.location={ca}",
             "zookeeper.set.acl=true",
             f"log.dirs={log_dir}",
-            "num.partitions=1",
-            "default.replication.factor=1",
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "auto.create.topics.enable=false",
-            "delete.topic.enable=true",
-            "group.initial.rebalance.delay.ms=0",
+            *services.SINGLE_BROKER,
             "",
         ]
     )

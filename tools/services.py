@@ -152,6 +152,22 @@ def render_zoo_cfg(data_dir: Path, port: int) -> str:
     )
 
 
+#: What makes a broker a cluster of its own for tests: one partition, one replica of everything,
+#: no topic made behind AMS's back, no wait before a group's first rebalance (here and in
+#: tools/secure_services.py).
+SINGLE_BROKER = (
+    "num.partitions=1",
+    "default.replication.factor=1",
+    "offsets.topic.replication.factor=1",
+    "offsets.topic.num.partitions=1",
+    "transaction.state.log.replication.factor=1",
+    "transaction.state.log.min.isr=1",
+    "auto.create.topics.enable=false",
+    "delete.topic.enable=true",
+    "group.initial.rebalance.delay.ms=0",
+)
+
+
 def render_server_properties(
     log_dir: Path, kafka_port: int, zk_port: int, znode: str = KAFKA_ZNODE, broker_id: int = 0
 ) -> str:
@@ -164,15 +180,7 @@ def render_server_properties(
             f"log.dirs={log_dir}",
             f"zookeeper.connect={HOST}:{zk_port}{znode}",
             "zookeeper.connection.timeout.ms=30000",
-            "num.partitions=1",
-            "default.replication.factor=1",
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "auto.create.topics.enable=false",
-            "delete.topic.enable=true",
-            "group.initial.rebalance.delay.ms=0",
+            *SINGLE_BROKER,
             "log.retention.check.interval.ms=60000",
             "",
         ]

@@ -90,6 +90,13 @@ def stranger_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
     return cert, key
 
 
+def _stranger(files: tuple[str, str]) -> ssl.SSLContext:
+    """TLS that trusts the internal CA and presents the stranger's certificate."""
+    context = ssl.create_default_context(cafile=str(INTERNAL_CA))
+    context.load_cert_chain(*files)
+    return context
+
+
 def _refused_tls(address: str, port: int, context: ssl.SSLContext) -> None:
     """A TLS handshake (and a first read, where TLS 1.3 tells a client its certificate was refused)
     that the server must refuse."""
@@ -167,9 +174,7 @@ def test_kafka_broker_listener_wants_a_broker_certificate(stranger_files: tuple[
     broker = ADDRESS[BROKERS[0]]
     _handshake(broker, KAFKA_BROKER_PORT, tls_context("kafka"))  # the control
     _refused_tls(broker, KAFKA_BROKER_PORT, tls_context(None))
-    stranger = ssl.create_default_context(cafile=str(INTERNAL_CA))
-    stranger.load_cert_chain(*stranger_files)
-    _refused_tls(broker, KAFKA_BROKER_PORT, stranger)
+    _refused_tls(broker, KAFKA_BROKER_PORT, _stranger(stranger_files))
     # a certificate of the internal CA whose subject no ACL names (ZooKeeper's) sees no topic
     other_cert, other_key = identity("zookeeper")
     other = {
@@ -197,9 +202,7 @@ def test_zookeeper_wants_a_certificate_of_the_internal_ca(stranger_files: tuple[
     member = ADDRESS[MEMBERS[0]]
     _handshake(member, ZOOKEEPER_PORT, tls_context("ams"))  # the control
     _refused_tls(member, ZOOKEEPER_PORT, tls_context(None))
-    stranger = ssl.create_default_context(cafile=str(INTERNAL_CA))
-    stranger.load_cert_chain(*stranger_files)
-    _refused_tls(member, ZOOKEEPER_PORT, stranger)
+    _refused_tls(member, ZOOKEEPER_PORT, _stranger(stranger_files))
     # the election port takes members only: a member's certificate, from that member's address
     peer = MEMBERS[1]
     control = host(peer).run(
