@@ -18,7 +18,13 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT, load_tool
-from tests.static.test_tool_configs import KAFKA_DEFAULTS, compare, properties, render_role_template
+from tests.static.test_tool_configs import (
+    KAFKA_DEFAULTS,
+    compare,
+    properties,
+    render_handler_shell,
+    render_role_template,
+)
 
 secure_services = load_tool("secure_services")
 services = load_tool("services")
@@ -140,13 +146,7 @@ def test_without_security_nothing_of_it_is_written(tmp_path: Path, topology: Any
 # -------------------------------------------------------------------------- health checks ----
 def restart_script(tmp_path: Path, **variables: Any) -> str:
     """The shell of the restart handler, rendered for the second of three brokers."""
-    handlers = (ROOT / "roles" / "kafka" / "handlers" / "main.yml").read_text()
-    shell = re.search(r"ansible\.builtin\.shell: \|\n((?:    .*\n|\n)+)", handlers)
-    assert shell, handlers
-    template = tmp_path / "restart.sh.j2"
-    template.write_text("".join(line.removeprefix("    ") + "\n" for line in shell.group(1).splitlines()))
-    # an absolute path takes the place of the role's templates/ directory (pathlib's / operator)
-    return render_role_template("kafka", str(template), **cluster(**variables))
+    return render_handler_shell("kafka", tmp_path, **cluster(**variables))
 
 
 def role_value(tmp_path: Path, expression: str, **variables: Any) -> Any:

@@ -41,6 +41,18 @@ def render_role_template(role: str, template: str, **variables: Any) -> str:
     return str(Templar(loader=_loader, variables=found).template(trust_as_template(text)))
 
 
+def render_handler_shell(role: str, tmp_path: Path, **variables: Any) -> str:
+    """The shell of the role's first ``ansible.builtin.shell`` handler (its rolling restart),
+    rendered as the role would render it with ``variables``."""
+    handlers = (ROOT / "roles" / role / "handlers" / "main.yml").read_text()
+    shell = re.search(r"ansible\.builtin\.shell: \|\n((?:    .*\n|\n)+)", handlers)
+    assert shell, handlers
+    template = tmp_path / "restart.sh.j2"
+    template.write_text("".join(line.removeprefix("    ") + "\n" for line in shell.group(1).splitlines()))
+    # an absolute path takes the place of the role's templates/ directory (pathlib's / operator)
+    return render_role_template(role, str(template), **variables)
+
+
 def properties(text: str) -> dict[str, str]:
     pairs = (line.split("=", 1) for line in text.splitlines() if line.strip() and not line.startswith("#"))
     return {key.strip(): value.strip() for key, value in pairs}

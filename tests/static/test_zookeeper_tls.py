@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import ROOT, load_tool
-from tests.static.test_tool_configs import compare, properties, render_role_template
+from tests.helpers import load_tool
+from tests.static.test_tool_configs import compare, properties, render_handler_shell, render_role_template
 
 secure_services = load_tool("secure_services")
 
@@ -111,13 +111,7 @@ def test_the_tls_class_path_has_nettys_codec() -> None:
 
 def restart_script(tmp_path: Path, **variables: Any) -> str:
     """The shell of the restart handler, rendered for the first of three members."""
-    handlers = (ROOT / "roles" / "zookeeper" / "handlers" / "main.yml").read_text()
-    shell = re.search(r"ansible\.builtin\.shell: \|\n((?:    .*\n|\n)+)", handlers)
-    assert shell, handlers
-    template = tmp_path / "restart.sh.j2"
-    template.write_text("".join(line.removeprefix("    ") + "\n" for line in shell.group(1).splitlines()))
-    # an absolute path takes the place of the role's templates/ directory (pathlib's / operator)
-    return render_role_template("zookeeper", str(template), **ensemble(**variables))
+    return render_handler_shell("zookeeper", tmp_path, **ensemble(**variables))
 
 
 def test_the_restart_handler_checks_the_peers_over_tls_and_itself_on_loopback(tmp_path: Path) -> None:
