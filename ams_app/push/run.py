@@ -39,7 +39,8 @@ log = logging.getLogger("ams.push")
 
 def metrics_server(service: AmsService, settings: Settings) -> WSGIServer | None:
     """The worker's Prometheus page at ``http://host:push_worker_metrics_port/metrics``: this
-    process's figures, under the same ``prometheus_access`` as a node's page."""
+    process's figures, under the same ``prometheus_access`` as a node's page. With ``tls_cert``
+    it is HTTPS, as the node's API: the token Prometheus sends never crosses the network in clear."""
     if not settings.push_worker_metrics_port:
         return None
 
@@ -58,9 +59,13 @@ def metrics_server(service: AmsService, settings: Settings) -> WSGIServer | None
         start_response(f"{status} {HTTPStatus(status).phrase}", [("Content-Type", kind)])
         return [body]
 
-    server = WSGIServer((settings.host, settings.push_worker_metrics_port), page, log=None)
+    tls: dict[str, Any] = {}
+    if settings.tls_cert and settings.tls_key:
+        tls = {"certfile": settings.tls_cert, "keyfile": settings.tls_key, "do_handshake_on_connect": False}
+    server = WSGIServer((settings.host, settings.push_worker_metrics_port), page, log=None, **tls)
     server.start()
-    log.info("push worker metrics on http://%s:%d/metrics", settings.host, server.server_port)
+    scheme = "https" if tls else "http"
+    log.info("push worker metrics on %s://%s:%d/metrics", scheme, settings.host, server.server_port)
     return server
 
 

@@ -212,14 +212,25 @@ def test_subscriptions_spread_over_the_workers_and_all_deliver(
     }
 
 
-def test_a_worker_serves_its_prometheus_page(make_server: Any, tmp_path: Path, receiver: Receiver) -> None:
-    """``push_worker_metrics_port``: the worker's own page, with the deliveries it made."""
+def test_a_worker_serves_its_prometheus_page(
+    make_server: Any, tmp_path: Path, receiver: Receiver, tls_files: tuple[str, str, str]
+) -> None:
+    """``push_worker_metrics_port``: the worker's own page, with the deliveries it made; over HTTPS
+    with the node's ``tls_cert``, as the appliance runs it (the token Prometheus sends)."""
     server: AmsServer = make_server(
         tmp_path / "api", backend="kafka", ams_push_worker="external", ams_push_session_seconds=SESSION_SECONDS
     )
     workers = Workers(server, tmp_path)
     port = free_port()
-    workers.env.update({"AMS_PUSH_WORKER_METRICS_PORT": str(port), "AMS_SERVICE_TOKEN": server.token})
+    cert, key, ca = tls_files
+    workers.env.update(
+        {
+            "AMS_PUSH_WORKER_METRICS_PORT": str(port),
+            "AMS_SERVICE_TOKEN": server.token,
+            "AMS_TLS_CERT": cert,
+            "AMS_TLS_KEY": key,
+        }
+    )
     workers.start()
     api = server.api()
     try:
@@ -229,11 +240,13 @@ def test_a_worker_serves_its_prometheus_page(make_server: Any, tmp_path: Path, r
         verified_sub(api, project, "t", receiver, maxMessages=5)
         api.publish(project, "t", "a", "b", "c")
         receiver.wait_for(3)
-        page_url = f"http://127.0.0.1:{port}/metrics"
-        assert requests.get(page_url, timeout=10).status_code == 401  # prometheus_access: token, as the API's
+        page_url = f"https://127.0.0.1:{port}/metrics"
+        with pytest.raises(requests.exceptions.ConnectionError):  # no plain HTTP beside it
+            requests.get(page_url.replace("https:", "http:"), timeout=10)
+        assert requests.get(page_url, timeout=10, verify=ca).status_code == 401  # prometheus_access: token
 
         def delivered() -> float:
-            page = requests.get(page_url, headers={"x-api-key": server.token}, timeout=10)
+            page = requests.get(page_url, headers={"x-api-key": server.token}, timeout=10, verify=ca)
             return sample(prometheus_samples(page.text), "ams_push_messages_delivered_total", project=project) or 0
 
         wait_until(lambda: delivered() == 3, what="3 messages delivered on the worker's page")

@@ -292,7 +292,7 @@ def test_the_scrape_jobs_follow_the_variables(tmp_path: Path) -> None:
         "prometheus_ams_token": "a-token",
         "prometheus_ams_scheme": "https",
         "prometheus_ams_port": 8443,
-        "prometheus_ams_tls_ca_file": "/etc/prometheus/ams-ca.pem",
+        "prometheus_ams_tls_ca_src": "/controller/pki/ca.pem",  # copied to /etc/prometheus/ams-ca.pem
         "prometheus_haproxy_group": "web",
         "prometheus_kafka_group": "",
         "prometheus_node_exclude": ["mongo1"],
@@ -304,11 +304,12 @@ def test_the_scrape_jobs_follow_the_variables(tmp_path: Path) -> None:
     assert "kafka" not in jobs
     assert _targets(jobs["ams_push_worker"]) == [(f"ams{i}:9108", f"ams{i}:9108", f"ams{i}") for i in (1, 2)]
     assert _targets(jobs["ams"])[0] == ("ams1:8443", "ams1:8443", "ams1")
-    # the push workers' pages are under the same prometheus_access, plain HTTP
+    # the push workers' pages are under the same prometheus_access and certificate as the nodes'
     token = {"type": "Bearer", "credentials_file": str(tmp_path / "ams.token")}
     assert jobs["ams"]["authorization"] == jobs["ams_push_worker"]["authorization"] == token
-    assert "scheme" not in jobs["ams_push_worker"]
-    assert jobs["ams"]["tls_config"] == {"ca_file": "/etc/prometheus/ams-ca.pem", "insecure_skip_verify": False}
+    assert jobs["ams"]["scheme"] == jobs["ams_push_worker"]["scheme"] == "https"
+    tls = {"ca_file": "/etc/prometheus/ams-ca.pem", "insecure_skip_verify": False}
+    assert jobs["ams"]["tls_config"] == jobs["ams_push_worker"]["tls_config"] == tls
     assert _targets(jobs["haproxy"]) == [("lb1:8405", "lb1:8405", "lb1")]
     assert [instance for _, instance, _ in _targets(jobs["node"])] == [
         f"{host}:9200" for host in sorted(ALL_HOSTS) if host != "mongo1"

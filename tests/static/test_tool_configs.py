@@ -184,3 +184,35 @@ def test_the_json_error_pages_are_the_roles() -> None:
         for e in _loader.load_from_file(str(ROOT / "roles" / "haproxy" / "vars" / "main.yml"))["_haproxy_json_errors"]
     }
     assert role == cluster_tool.PROXY_ERRORS
+
+
+def test_haproxy_verifies_the_nodes_against_the_internal_ca() -> None:
+    """With haproxy_backend_tls_ca_src, every server line of the AMS backends (requests, checks, the
+    subscription hash) speaks TLS, refuses a certificate that does not chain to the internal CA and
+    checks the node's name; without it, the nodes are spoken to in plain HTTP."""
+    servers = [
+        {"name": "ams1", "address": "10.0.0.11", "port": 8080},
+        {"name": "ams2", "address": "10.0.0.12", "port": 8080, "verify_name": "ams2.internal"},
+    ]
+
+    def server_lines(**extra: object) -> dict[str, list[str]]:
+        text = render_role_template("haproxy", "haproxy.cfg.j2", haproxy_backend_servers=servers, **extra)
+        sections = {}
+        current = ""
+        for line in text.splitlines():
+            if line and not line.startswith((" ", "#")):
+                current = line.strip()
+            elif line.strip().startswith(("server ", "default-server ")) and current.startswith("backend ams_nodes"):
+                sections.setdefault(current, []).append(" ".join(line.split()))
+        return sections
+
+    secured = server_lines(haproxy_backend_tls_ca_src="/controller/ca.pem")
+    assert set(secured) == {"backend ams_nodes", "backend ams_nodes_by_subscription", "backend ams_nodes_alive"}
+    for section, lines in secured.items():
+        first, second = (line for line in lines if line.startswith("server "))
+        options = first if section.endswith("subscription") else " ".join(lines)
+        assert "ssl verify required ca-file /etc/haproxy/backend-ca.pem" in options, section
+        # the certificate must name the node: its inventory hostname, or the verify_name given
+        assert (first.split()[-2:], second.split()[-2:]) == (["verifyhost", "ams1"], ["verifyhost", "ams2.internal"])
+    plain = server_lines()
+    assert not any("ssl" in line for lines in plain.values() for line in lines)

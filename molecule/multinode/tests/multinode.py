@@ -77,7 +77,8 @@ def unique(prefix: str) -> str:
 
 
 def node_url(name: str) -> str:
-    return f"http://{ADDRESS[name]}:{AMS_PORT}/v1"
+    """One node's own API: HTTPS with its internal certificate (verify it with INTERNAL_CA)."""
+    return f"https://{ADDRESS[name]}:{AMS_PORT}/v1"
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = WAIT, every: float = 0.5) -> Any:
@@ -308,7 +309,8 @@ def haproxy_servers(authn: bool = False) -> dict[str, str]:
 
 # ---------------------------------------------------------------------- the API ----------------
 class Api:
-    """The AMS API as a client sees it: through haproxy (TLS, the test CA), or one node's own address."""
+    """The AMS API as a client sees it: through haproxy (TLS, the test CA), or one node's own address
+    (TLS, the internal CA)."""
 
     def __init__(self, base: str = API, timeout: float = 90) -> None:
         self.base = base
@@ -318,8 +320,10 @@ class Api:
         self.empty_with_backlog = 0
 
     def request(self, method: str, path: str, body: Any = None) -> requests.Response:
-        # verify per request: a session's verify loses to REQUESTS_CA_BUNDLE from the environment
-        verify = str(CA) if self.base.startswith("https") else True
+        # verify per request: a session's verify loses to REQUESTS_CA_BUNDLE from the environment;
+        # haproxy shows the public name's certificate, a node its internal one
+        node = any(self.base.startswith(f"https://{ADDRESS[name]}:") for name in GROUPS["ams"])
+        verify = str(INTERNAL_CA) if node else str(CA)
         return self.session.request(method, self.base + path, json=body, timeout=self.timeout, verify=verify)
 
     def call(self, method: str, path: str, body: Any = None, ok: tuple[int, ...] = (200,)) -> Any:

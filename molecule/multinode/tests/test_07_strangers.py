@@ -25,6 +25,7 @@ from confluent_kafka.admin import AdminClient
 from kazoo.exceptions import NoAuthError
 from multinode import (
     ADDRESS,
+    AMS_PORT,
     CA,
     DATABASE,
     GROUPS,
@@ -36,6 +37,7 @@ from multinode import (
     MONGO_PORT,
     PROJECT,
     ROOT,
+    TOKEN,
     ZOOKEEPER_PLAIN_PORT,
     ZOOKEEPER_PORT,
     Api,
@@ -289,6 +291,46 @@ def test_a_copy_of_the_store_holds_no_usable_token() -> None:
     refused = requests.get(f"{api.base}/users/profile", params={"key": stored["token"]}, verify=str(CA), timeout=30)
     assert refused.status_code == 401
     report("strangers", {"sealed": True})
+
+
+# ------------------------------------------------------------------ AMS nodes ------------------
+NODES = GROUPS["ams"]
+#: The push workers' Prometheus page on each node (inventories: ams_push_worker_metrics_port).
+PUSH_WORKER_PAGE = 9108
+
+
+@pytest.mark.parametrize("node", NODES)
+@pytest.mark.parametrize(("port", "path"), [(AMS_PORT, "/v1/projects"), (PUSH_WORKER_PAGE, "/metrics")])
+def test_ams_nodes_speak_https_only_and_want_a_token(node: str, port: int, path: str) -> None:
+    """The API and the push worker's page: no plain HTTP (a token sent there would cross the
+    network in clear), a certificate of the internal CA that names the node (what haproxy, the other
+    nodes and Prometheus check), 401 without a token; the control, with the service token, 200."""
+    address = ADDRESS[node]
+    with pytest.raises(requests.exceptions.ConnectionError):
+        requests.get(f"http://{address}:{port}{path}", timeout=10)
+    for name in (node, address):  # the certificate's SANs: the inventory name and the address
+        context = ssl.create_default_context(cafile=str(INTERNAL_CA))
+        with socket.create_connection((address, port), timeout=5) as raw:
+            context.wrap_socket(raw, server_hostname=name).close()
+    url = f"https://{address}:{port}{path}"
+    assert requests.get(url, verify=str(INTERNAL_CA), timeout=10).status_code == 401
+    assert requests.get(url, headers={"x-api-key": TOKEN}, verify=str(INTERNAL_CA), timeout=30).status_code == 200
+
+
+def test_haproxy_verifies_the_nodes_against_the_internal_ca() -> None:
+    """haproxy's server lines: TLS to each node, refused unless its certificate chains to the internal
+    CA and names it (the control: through haproxy, the API answers; test_30 runs it in depth, and its
+    pulls through one node forwarded to the owner prove the nodes' forwarding verifies too)."""
+    config = host(GROUPS["haproxy"][0]).file("/etc/haproxy/haproxy.cfg").content_string
+    servers = [line.split() for line in config.splitlines() if line.split()[:1] == ["server"]]
+    nodes = [words for words in servers if words[1] in NODES and words[2].endswith(f":{AMS_PORT}")]
+    assert nodes
+    for words in nodes:
+        assert words[-2:] == ["verifyhost", words[1]], words
+    defaults = [line for line in config.splitlines() if line.strip().startswith("default-server") and " ssl " in line]
+    assert defaults
+    assert all("verify required ca-file /etc/haproxy/backend-ca.pem" in line for line in defaults)
+    assert Api().call("GET", "/status") is not None
 
 
 # ------------------------------------------------------------------ listeners ------------------

@@ -16,6 +16,7 @@ import pytest
 import requests
 from multinode import (
     GROUPS,
+    INTERNAL_CA,
     PROJECT,
     Api,
     Receiver,
@@ -58,7 +59,7 @@ def receiver() -> Iterator[Receiver]:
 def test_haproxy_balances_over_the_three_nodes(api):
     wait_until(all_up, "all AMS nodes UP in haproxy")
     for node in NODES:  # each node on its own address
-        assert requests.get(node_url(node) + "/status", timeout=10).status_code == 200
+        assert requests.get(node_url(node) + "/status", timeout=10, verify=str(INTERNAL_CA)).status_code == 200
     # round robin: six calls reach every node, and each one records its own sample under its name
     for _ in range(2 * len(NODES)):
         metrics = api.call("GET", "/metrics")["metrics"]

@@ -131,7 +131,7 @@ def test_jobs_run_on_both_workers_and_their_figures_reach_the_api(api):
     )
     assert started.rc == 0, started.stderr
     try:
-        shifted = Api(f"http://{ADDRESS[SHIFTED_NODE]}:{SHIFTED_PORT}/v1")
+        shifted = Api(f"https://{ADDRESS[SHIFTED_NODE]}:{SHIFTED_PORT}/v1")  # the node's settings: HTTPS
         wait_until(lambda: shifted.request("GET", "/status").status_code == 200, "the shifted node serving", 90)
         payloads = [f"yesterday-{i}" for i in range(7)]
         ids = shifted.publish(topic, payloads)

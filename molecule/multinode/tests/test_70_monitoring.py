@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import requests
-from multinode import ADDRESS, EVERY_HOST, GROUPS, host, kill, node_url, start, wait_until
+from multinode import ADDRESS, EVERY_HOST, GROUPS, INTERNAL_CA, host, kill, node_url, start, wait_until
 
 MONITOR = GROUPS["monitoring"][0]
 PROMETHEUS = f"http://{ADDRESS[MONITOR]}:9090/api/v1"
@@ -67,7 +67,7 @@ def at_alertmanager(alert: str, node: str) -> bool:
 
 def answers(url: str) -> bool:
     try:
-        return requests.get(url, timeout=5).status_code == 200
+        return requests.get(url, timeout=5, verify=str(INTERNAL_CA)).status_code == 200
     except requests.RequestException:
         return False
 
