@@ -60,6 +60,7 @@ PACKAGES: tuple[str, ...] = (
     "prometheus",  # prometheus: the monitoring host (promtool with it)
     "prometheus-alertmanager",  # prometheus: the monitoring host
     "prometheus-node-exporter",  # prometheus: node exporter on every host
+    "nftables",  # firewall: nft and nftables.service (Debian does not enable it at install: not in DISABLED_UNITS)
 )
 #: Services the baked-in packages enable at install, off in the image: the role that needs one
 #: configures it, then enables and starts it (haproxy would run Debian's sample configuration on
