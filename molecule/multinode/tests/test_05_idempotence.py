@@ -1,6 +1,6 @@
-"""Run again, the plays that only this scenario runs change nothing: the Spark cluster (playbooks/spark.yml,
-the java and spark roles on a master and two workers) and the monitoring (playbooks/monitoring_agents.yml
-on every host, playbooks/monitoring.yml on mon1).
+"""Run again, the plays that only this scenario runs change nothing: the host firewall (playbooks/firewall.yml
+on every host), the Spark cluster (playbooks/spark.yml, the java and spark roles on a master and two
+workers) and the monitoring (playbooks/monitoring_agents.yml on every host, playbooks/monitoring.yml on mon1).
 
 This scenario has no Molecule `idempotence` step: on twelve hosts sharing two cores, site.yml run
 again took over 7 minutes, most of it the ZooKeeper, Kafka, MongoDB, AMS and haproxy plays, whose
@@ -15,8 +15,8 @@ from multinode import EVERY_HOST, INVENTORY, ROOT, changes_of, report
 PLAYBOOKS = ROOT / "playbooks"
 
 
-def test_the_spark_and_monitoring_plays_change_nothing_when_run_again():
-    names = ["monitoring_agents.yml", "spark.yml", "monitoring.yml"]
+def test_the_firewall_spark_and_monitoring_plays_change_nothing_when_run_again():
+    names = ["firewall.yml", "monitoring_agents.yml", "spark.yml", "monitoring.yml"]
     took, changed, output = changes_of(INVENTORY, *(PLAYBOOKS / name for name in names))
     # every host ran something (node exporter at least): the recap names them all
     assert sorted(changed) == EVERY_HOST, (sorted(changed), output[-3000:])

@@ -10,6 +10,7 @@ for it on Kafka, in ZooKeeper and in the metadata store."""
 from __future__ import annotations
 
 import contextlib
+import shlex
 import socket
 import ssl
 import sys
@@ -28,6 +29,7 @@ from multinode import (
     AMS_PORT,
     CA,
     DATABASE,
+    EVERY_HOST,
     GROUPS,
     INTERNAL_CA,
     KAFKA_BROKER_PORT,
@@ -117,8 +119,10 @@ def _handshake(address: str, port: int, context: ssl.SSLContext) -> None:
 
 
 def _closed_port(address: str, port: int) -> None:
-    with pytest.raises(ConnectionRefusedError):
-        socket.create_connection((address, port), timeout=5).close()
+    """Nothing answers: refused where nothing listens, or dropped by the host firewall (which lets no
+    one in on a port of no role's; test_nothing_else_listens_on_the_network sees no listener there)."""
+    with pytest.raises((ConnectionRefusedError, TimeoutError)):
+        socket.create_connection((address, port), timeout=3).close()
 
 
 def _admin_errors(config: dict[str, Any]) -> tuple[list[KafkaError], KafkaException | None]:
@@ -333,18 +337,114 @@ def test_haproxy_verifies_the_nodes_against_the_internal_ca() -> None:
     assert Api().call("GET", "/status") is not None
 
 
+# ------------------------------------------------------------------ Spark ----------------------
+SPARK_MASTER = GROUPS["spark_master"][0]
+SPARK_MASTER_PORT = 7077
+#: An RPC request of Spark's transport (frame length, type 3 = RpcRequest, request id, body length, a
+#: one-byte body): what a driver without the secret opens with instead of the authentication challenge.
+SPARK_RPC_REQUEST = bytes.fromhex("00000000000000160300000000000000010000000100")
+
+
+def test_spark_master_wants_the_shared_secret() -> None:
+    """spark.authenticate: the master answers a client that does not open with the challenge of the
+    shared secret with a failure and closes the connection (a master without it would answer an
+    RpcFailure about the body and keep the connection open). The control: both workers, which hold
+    the secret, are registered and ALIVE."""
+    with socket.create_connection((ADDRESS[SPARK_MASTER], SPARK_MASTER_PORT), timeout=10) as conn:
+        conn.sendall(SPARK_RPC_REQUEST)
+        conn.settimeout(10)
+        answer = b""
+        with contextlib.suppress(ConnectionError):
+            while chunk := conn.recv(65536):
+                answer += chunk
+    # closed by the master (recv returned b"" or the connection was reset), after at most a refusal
+    assert answer == b"" or b"challenge" in answer, answer[:300]
+    state = requests.get(f"http://{ADDRESS[SPARK_MASTER]}:8080/json/", timeout=10).json()
+    alive = [worker for worker in state["workers"] if worker["state"] == "ALIVE"]
+    assert len(alive) == len(GROUPS["spark_worker"])
+
+
+# ------------------------------------------------------------------ the firewall ---------------
+#: (port, host that serves it, a host of the scenario the allow-list leaves out, one it lets in):
+#: roles/firewall's entries, each probed from a host inside the network, where only the firewall
+#: stands between the two (this machine, the tests' host, is in firewall_admin_sources).
+FIREWALL_PAIRS = [
+    (KAFKA_PORT, BROKERS[0], GROUPS["monitoring"][0], NODES[0]),
+    (ZOOKEEPER_PORT, MEMBERS[0], GROUPS["spark_worker"][0], NODES[0]),
+    (MONGO_PORT, STORE, GROUPS["haproxy"][0], NODES[0]),
+    (AMS_PORT, NODES[0], GROUPS["spark_worker"][0], GROUPS["haproxy"][0]),
+    (PUSH_WORKER_PAGE, NODES[0], GROUPS["haproxy"][0], GROUPS["monitoring"][0]),
+    (9100, BROKERS[0], GROUPS["haproxy"][0], GROUPS["monitoring"][0]),  # node exporter
+    (7071, BROKERS[0], NODES[0], GROUPS["monitoring"][0]),  # Kafka's JMX exporter
+    (8405, GROUPS["haproxy"][0], NODES[0], GROUPS["monitoring"][0]),  # haproxy's exporter
+    (SPARK_MASTER_PORT, SPARK_MASTER, NODES[0], GROUPS["spark_worker"][0]),
+    (8080, SPARK_MASTER, NODES[0], GROUPS["monitoring"][0]),  # the master's web UI
+    (8081, GROUPS["spark_worker"][0], NODES[0], GROUPS["monitoring"][0]),  # a worker's web UI
+]
+#: Run inside a container: connect, and say how it went.
+PROBE = """
+import socket, sys
+try:
+    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=3).close()
+    print("connected")
+except TimeoutError:
+    print("timeout")
+except ConnectionRefusedError:
+    print("refused")
+"""
+
+
+def _probe(source: str, target: str, port: int) -> str:
+    done = host(source).run(f"python3 -c {shlex.quote(PROBE)} {ADDRESS[target]} {port}")
+    assert done.rc == 0, done.stderr
+    return str(done.stdout.strip())
+
+
+@pytest.mark.parametrize(("port", "target", "stranger", "allowed"), FIREWALL_PAIRS, ids=lambda v: str(v))
+def test_the_firewall_lets_in_only_the_groups_of_a_port(port: int, target: str, stranger: str, allowed: str) -> None:
+    assert _probe(stranger, target, port) == "timeout"  # dropped: not even a refusal comes back
+    assert _probe(allowed, target, port) == "connected"
+
+
+@pytest.mark.parametrize("port", [9090, 9093])
+def test_the_monitoring_host_answers_only_the_admin_sources(port: int) -> None:
+    """Prometheus and Alertmanager: no group's hosts, only firewall_admin_sources (here, this machine)."""
+    monitor = GROUPS["monitoring"][0]
+    assert _probe(NODES[0], monitor, port) == "timeout"
+    socket.create_connection((ADDRESS[monitor], port), timeout=5).close()
+
+
 # ------------------------------------------------------------------ listeners ------------------
-#: What may listen on the network (not loopback) on the hosts whose links are secured: ZooKeeper's
-#: secure, quorum and election ports, Kafka's BROKER and CLIENT listeners, the JMX and node
-#: exporters of the monitoring host, the store's TLS port. Anything else, such as a leftover
-#: PLAINTEXT://:9092 or ZooKeeper's plain 2181, fails here.
+#: What may listen on the network (not loopback), by the host's groups: the ports the roles open
+#: and roles/firewall lets in. Anything else, such as a leftover PLAINTEXT://:9092 or ZooKeeper's
+#: plain 2181, fails here. The Spark hosts' drivers and executors listen on ephemeral ports while a
+#: job runs (their peers, the other Spark hosts, are the only ones the firewall lets in there).
 ALLOWED = {
-    "kafka": {ZOOKEEPER_PORT, 2888, 3888, KAFKA_BROKER_PORT, KAFKA_PORT, 7000, 7071, 9100},
-    "mongodb": {MONGO_PORT, 9100},
+    "all": {9100},
+    "haproxy": {80, 443, 8443, 8405},
+    "ams": {AMS_PORT, 8443, PUSH_WORKER_PAGE},
+    "zookeeper": {ZOOKEEPER_PORT, 2888, 3888, 7000},
+    "kafka": {KAFKA_BROKER_PORT, KAFKA_PORT, 7071},
+    "mongodb": {MONGO_PORT},
+    "spark_master": {SPARK_MASTER_PORT, 8080},
+    "spark_worker": {7078, 8081},
+    "monitoring": {9090, 9093},
 }
+#: The control: the port each group's service must listen on.
+SERVING = {
+    "haproxy": 443,
+    "ams": AMS_PORT,
+    "zookeeper": ZOOKEEPER_PORT,
+    "kafka": KAFKA_PORT,
+    "mongodb": MONGO_PORT,
+    "spark_master": SPARK_MASTER_PORT,
+    "spark_worker": 7078,
+    "monitoring": 9090,
+}
+EPHEMERAL = range(32768, 61000)
 
 
-@pytest.mark.parametrize("name", [*BROKERS, STORE])
+@pytest.mark.parametrize("name", EVERY_HOST)
 def test_nothing_else_listens_on_the_network(name: str) -> None:
     listing = host(name).run("ss -ltnH")
     assert listing.rc == 0, listing.stderr
@@ -354,6 +454,11 @@ def test_nothing_else_listens_on_the_network(name: str) -> None:
         address = address.strip("[]").removeprefix("::ffff:")  # Java's listeners show IPv4 mapped
         if not address.startswith("127.") and address != "::1":
             ports.add(int(port))
-    allowed, serving = (ALLOWED["kafka"], KAFKA_PORT) if name in BROKERS else (ALLOWED["mongodb"], MONGO_PORT)
+    groups = [group for group, members in GROUPS.items() if name in members]
+    allowed = set().union(ALLOWED["all"], *(ALLOWED.get(group, set()) for group in groups))
+    if any(group.startswith("spark") for group in groups):
+        ports = {port for port in ports if port not in EPHEMERAL}
     assert ports <= allowed, sorted(ports - allowed)
-    assert serving in ports  # the control: the service does listen on the network
+    serving = {SERVING[group] for group in groups if group in SERVING}
+    assert serving
+    assert serving <= ports  # the control: the services do listen on the network
