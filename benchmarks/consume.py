@@ -28,6 +28,15 @@ database are removed at the end. Loopback only; bounded by --timeout per run.
 Each run also prints the machine's idle and stolen CPU time during it (%, /proc/stat), and the
 header and the end a reference figure: a fixed pure-Python loop's time on one core. Figures from
 different sessions compare only when these agree (docs/benchmarks.md).
+
+The nodes take their settings from the cluster's settings file, not from this process's environment
+(tools/cluster.py drops AMS_* from it), except for what ``node_env()`` passes on: the variables of
+NODE_SECURITY_ENV (the Kafka client's security protocol, SASL login and TLS files, ZooKeeper's TLS
+and its files, the token key file), and, for each of AMS_KAFKA_BOOTSTRAP_SERVERS, AMS_MONGO_URI,
+AMS_ZOOKEEPER_HOSTS and AMS_KAFKA_ZNODE, the server that an ``AMS_TEST_*`` override of it names
+(the overrides tests/helpers.py ``service_settings()`` honours, which this benchmark's own use of
+MongoDB follows too). So the same run measures the cluster on other servers, such as the secured
+ones of tools/secure_services.py (benchmarks/secure_links.py --consume sets them).
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ import os
 import statistics
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +65,33 @@ from tools import cluster
 
 PROJECT = "bench"
 PUBLISH_BATCH = 500
+#: The security settings a node takes from this process's environment (module docstring).
+NODE_SECURITY_ENV = (
+    "AMS_KAFKA_SECURITY_PROTOCOL",
+    "AMS_KAFKA_SASL_MECHANISM",
+    "AMS_KAFKA_SASL_USERNAME",
+    "AMS_KAFKA_SASL_PASSWORD",
+    "AMS_KAFKA_CA_FILE",
+    "AMS_KAFKA_CERT_FILE",
+    "AMS_KAFKA_KEY_FILE",
+    "AMS_KAFKA_LISTENER",
+    "AMS_ZOOKEEPER_TLS",
+    "AMS_ZOOKEEPER_CA_FILE",
+    "AMS_ZOOKEEPER_CERT_FILE",
+    "AMS_ZOOKEEPER_KEY_FILE",
+    "AMS_TOKEN_KEY_FILE",
+)
+
+
+def node_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What of ``environ`` the cluster's nodes take over their settings file: NODE_SECURITY_ENV as
+    given, and each server that an ``AMS_TEST_*`` override names (service_settings()'s keys)."""
+    passed = {key: environ[key] for key in NODE_SECURITY_ENV if key in environ}
+    for key in service_settings():
+        override = environ.get(key.replace("AMS_", "AMS_TEST_", 1))
+        if override:
+            passed[key] = override
+    return passed
 
 
 @dataclass
@@ -273,7 +310,11 @@ def main() -> int:
 
     database = "ams_bench_consume_" + uuid.uuid4().hex[:8]
     owner = "true" if args.consume_owner == "on" else "false"
-    env = {"AMS_CONSUME_OWNER": owner, "AMS_METADATA_CACHE": "true" if args.metadata_cache == "on" else "false"}
+    env = {
+        **node_env(os.environ),
+        "AMS_CONSUME_OWNER": owner,
+        "AMS_METADATA_CACHE": "true" if args.metadata_cache == "on" else "false",
+    }
     info = cluster.start_cluster(nodes=args.nodes, database=database, env=env)
     try:
         proxy = Target(f"{info.url}/v1", info.token, str(info.ca_file))
