@@ -290,11 +290,6 @@ def serve(settings: Settings) -> int:
     configure_logging(settings)
     app = create_app(settings)
     service: AmsService = app.extensions["ams"]
-    tls: dict[str, Any] = {}
-    if settings.tls_cert and settings.tls_key:
-        # the handshake on the first read, inside the handler: a client that never sends its hello
-        # is then an idle connection like any other, under client_timeout and the connection limit
-        tls = {"certfile": settings.tls_cert, "keyfile": settings.tls_key, "do_handshake_on_connect": False}
     server = Server(
         (settings.host, settings.port),
         app,
@@ -303,7 +298,7 @@ def serve(settings: Settings) -> int:
         log=logging.getLogger("ams.access"),
         error_log=logging.getLogger("ams.error"),
         refused=lambda reason: service.telemetry.refused.labels(reason).inc(),
-        **tls,
+        **settings.listener_tls,
     )
     server.client_timeout = settings.client_timeout
     server.head_timeout = settings.request_head_timeout
@@ -330,7 +325,7 @@ def serve(settings: Settings) -> int:
         gevent.signal_handler(signum, lambda s=signum: gevent.spawn(stop, s))
 
     server.start()
-    scheme = "https" if tls else "http"
+    scheme = "https" if settings.listener_tls else "http"
     log.info(
         "AMS listening on %s://%s:%d (data in %s)",
         scheme,

@@ -389,6 +389,16 @@ class Settings:
         return f"{scheme}://{host}:{self.port}"
 
     @property
+    def listener_tls(self) -> dict[str, Any]:
+        """The TLS arguments of a gevent server that listens with tls_cert and tls_key (the API's,
+        the push worker's Prometheus page); empty without them. The handshake happens on the first
+        read, inside the handler: a client that never sends its hello is then an idle connection
+        like any other, under client_timeout and the connection limit."""
+        if not (self.tls_cert and self.tls_key):
+            return {}
+        return {"certfile": self.tls_cert, "keyfile": self.tls_key, "do_handshake_on_connect": False}
+
+    @property
     def push_root(self) -> str:
         """The ZooKeeper path of the push workers."""
         return (self.push_znode or f"/ams-push/{self.mongo_database}").rstrip("/")

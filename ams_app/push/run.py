@@ -59,9 +59,7 @@ def metrics_server(service: AmsService, settings: Settings) -> WSGIServer | None
         start_response(f"{status} {HTTPStatus(status).phrase}", [("Content-Type", kind)])
         return [body]
 
-    tls: dict[str, Any] = {}
-    if settings.tls_cert and settings.tls_key:
-        tls = {"certfile": settings.tls_cert, "keyfile": settings.tls_key, "do_handshake_on_connect": False}
+    tls = settings.listener_tls
     server = WSGIServer((settings.host, settings.push_worker_metrics_port), page, log=None, **tls)
     server.start()
     scheme = "https" if tls else "http"

@@ -313,9 +313,8 @@ def test_ams_nodes_speak_https_only_and_want_a_token(node: str, port: int, path:
     with pytest.raises(requests.exceptions.ConnectionError):
         requests.get(f"http://{address}:{port}{path}", timeout=10)
     for name in (node, address):  # the certificate's SANs: the inventory name and the address
-        context = ssl.create_default_context(cafile=str(INTERNAL_CA))
         with socket.create_connection((address, port), timeout=5) as raw:
-            context.wrap_socket(raw, server_hostname=name).close()
+            tls_context(None).wrap_socket(raw, server_hostname=name).close()
     url = f"https://{address}:{port}{path}"
     assert requests.get(url, verify=str(INTERNAL_CA), timeout=10).status_code == 401
     assert requests.get(url, headers={"x-api-key": TOKEN}, verify=str(INTERNAL_CA), timeout=30).status_code == 200
