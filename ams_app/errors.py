@@ -8,14 +8,15 @@ from typing import Any
 class AmsError(Exception):
     """An API error: rendered as ``{"error": {"code", "message", "status"}}``."""
 
-    def __init__(self, code: int, message: str, status: str) -> None:
+    def __init__(self, code: int, message: str, status: str, more: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
+        self.more = more  # fields of the error object after these three (ams_app/openapi.yaml says which)
 
     def envelope(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, "status": self.status}}
+        return {"error": {"code": self.code, "message": self.message, "status": self.status, **(self.more or {})}}
 
     # Constructors named after the original's error kinds (their codes and messages are in ams_app/openapi.yaml).
     @classmethod
@@ -33,6 +34,13 @@ class AmsError(Exception):
     @classmethod
     def invalid_argument(cls, resource: str) -> AmsError:
         return cls(400, f"Invalid {resource} Arguments", "INVALID_ARGUMENT")
+
+    @classmethod
+    def ack_ids_refused(cls, failed: dict[str, str], total: int) -> AmsError:
+        """An acknowledgement on an exactly-once subscription of which some ids were not taken:
+        the others were. ``ackIdErrors`` says why, by ack id (docs/delivery.md)."""
+        message = f"{len(failed)} of {total} ack ids were not accepted; the others were"
+        return cls(400, message, "INVALID_ARGUMENT", {"ackIdErrors": failed})
 
     @classmethod
     def unauthorized(cls) -> AmsError:

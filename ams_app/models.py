@@ -140,6 +140,40 @@ class Subscription:
     push: PushConfig = field(default_factory=PushConfig)
     created_on: int = 0
     acl: list[str] = field(default_factory=list)
+    # Per-message delivery (docs/delivery.md); each one set makes acks per message.
+    min_backoff_ms: int = 0  # retryPolicy; both 0: no retry policy
+    max_backoff_ms: int = 0
+    dead_letter_project: str = ""  # deadLetterPolicy: the topic's project uuid and name
+    dead_letter_topic: str = ""
+    max_delivery_attempts: int = 0
+    filter: str = ""
+    ordered: bool = False  # enableMessageOrdering
+    exactly_once: bool = False  # enableExactlyOnceDelivery
+
+    @property
+    def retry_policy(self) -> bool:
+        return self.max_backoff_ms > 0
+
+    @property
+    def dead_letter(self) -> bool:
+        return self.dead_letter_topic != ""
+
+    @property
+    def per_message(self) -> bool:
+        """Created with any of the per-message features: an ack id acknowledges its own message
+        only, and delivery attempts are counted (docs/delivery.md)."""
+        return self.retry_policy or self.dead_letter or bool(self.filter) or self.ordered or self.exactly_once
+
+
+def subscription_key(project_uuid: str, name: str) -> str:
+    """A subscription's name across projects: its owner's claim, its push claim (docs/production.md)."""
+    return f"{project_uuid}.{name}"
+
+
+def subscription_of_key(key: str) -> tuple[str, str]:
+    """(project uuid, subscription name) of a ``subscription_key``."""
+    project_uuid, name = key.split(".", 1)
+    return project_uuid, name
 
 
 @dataclass
@@ -170,8 +204,24 @@ class Lease:
 
     start: int
     end: int
-    delivered_ns: int
+    delivered_ns: int  # when the pull leased them: it names the pull
     deadline_s: int
+    attempt: int = 1  # which delivery of these messages this is
+    until_ns: int = 0  # when a modifyAckDeadline moved the lease's end; 0: by the deadline
+    key: str = ""  # the ordering key of its one message (subscriptions with message ordering)
+
+
+@dataclass
+class Retry:
+    """Messages [start, end) given back (nacked, or their lease ran out) and not yet delivered
+    again: kept only on subscriptions that count delivery attempts (docs/delivery.md)."""
+
+    start: int
+    end: int
+    attempts: int  # deliveries so far
+    after_ns: int  # not delivered again before (the retry policy's backoff)
+    key: str = ""  # the ordering key of its one message
+    dead: bool = False  # out of attempts: to be published to the dead-letter topic
 
 
 @dataclass
@@ -181,6 +231,7 @@ class Cursor:
     offset: int = 0
     leases: list[Lease] = field(default_factory=list)
     acked: list[tuple[int, int]] = field(default_factory=list)  # [start, end) above offset
+    retries: list[Retry] = field(default_factory=list)
     version: int = 0
     #: What the store that read this version needs to write the next one, opaque to everyone else
     #: (the MongoDB store's: which cursor, and when it was read); None for the embedded store. A
@@ -220,6 +271,7 @@ def cursor_from_doc(doc: dict[str, Any], version: int) -> Cursor:
         offset=int(doc.get("offset", 0)),
         leases=[Lease(**lease) for lease in doc.get("leases", [])],
         acked=[_range(a) for a in doc.get("acked", [])],
+        retries=[Retry(**retry) for retry in doc.get("retries", [])],
         version=version,
     )
 
@@ -232,9 +284,18 @@ def _range(value: Any) -> tuple[int, int]:
 
 
 def cursor_to_doc(cursor: Cursor) -> dict[str, Any]:
-    return {
+    doc: dict[str, Any] = {
         "offset": cursor.offset,
-        "leases": [dataclasses.asdict(lease) for lease in cursor.leases],
+        "leases": [_lean(dataclasses.asdict(lease), Lease) for lease in cursor.leases],
         # objects, not pairs: FerretDB (and so the tests' MongoDB) refuses nested arrays
         "acked": [{"start": start, "end": end} for start, end in cursor.acked],
     }
+    if cursor.retries:
+        doc["retries"] = [_lean(dataclasses.asdict(retry), Retry) for retry in cursor.retries]
+    return doc
+
+
+def _lean(doc: dict[str, Any], kind: type) -> dict[str, Any]:
+    """Without the fields at their defaults: a plain subscription's cursor is written as before."""
+    defaults = {f.name: f.default for f in dataclasses.fields(kind) if f.default is not dataclasses.MISSING}
+    return {k: v for k, v in doc.items() if k not in defaults or defaults[k] != v}

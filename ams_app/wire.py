@@ -27,4 +27,6 @@ def message_json(message: StoredMessage, decode: bool) -> dict[str, Any]:
         out["attributes"] = message.attributes
     out["data"] = message_text(message.data, decode)
     out["publishTime"] = zulu_nanos(message.publish_ns)
+    if message.ordering_key:
+        out["orderingKey"] = message.ordering_key
     return out

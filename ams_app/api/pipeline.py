@@ -15,7 +15,7 @@ from ams_app import auth, jsoncodec
 from ams_app.auth import Caller
 from ams_app.backends.store import Page
 from ams_app.errors import AmsError
-from ams_app.models import Project
+from ams_app.models import Project, subscription_key
 from ams_app.service.core import AmsService
 from ams_app.service.owner import ForwardTo
 from ams_app.service.validation import valid_name
@@ -182,7 +182,7 @@ def forward_early(view_args: dict[str, str]) -> None:
     project = svc.find_project_named(project_name)
     if project is None:
         return
-    key = f"{project.uuid}.{sub_name}"
+    key = subscription_key(project.uuid, sub_name)
     url = svc.owners.elsewhere(key)
     if url is not None:
         raise ForwardTo(url, key)

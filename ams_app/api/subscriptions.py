@@ -73,8 +73,8 @@ def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
 )
 def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
     found = ctx.svc.subscription(ctx.proj, subscription)
-    offsets = requests.ack_offsets(body(), ctx.proj.name, found.name)
-    ctx.svc.acknowledge(ctx.proj, found, offsets, received_ns())
+    refs = requests.acknowledgement(body(), ctx.proj.name, found.name)
+    ctx.svc.acknowledge(ctx.proj, found, refs, received_ns())
     return ok({})
 
 
@@ -85,7 +85,8 @@ def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
     roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER),
 )
 def subs_modify_deadline(ctx: Ctx, project: str, subscription: str) -> Response:
-    ctx.svc.modify_ack_deadline(ctx.proj, subscription, requests.ack_deadline(body()))
+    change = requests.ack_deadline(body(), ctx.proj.name, subscription)
+    ctx.svc.modify_ack_deadline(ctx.proj, subscription, change, received_ns())
     return empty()
 
 

@@ -118,14 +118,45 @@ def sub_view(project: Project, sub: Subscription, push_status: str | None = None
         "pushConfig": config,
         "ackDeadlineSeconds": sub.ack_deadline,
     }
+    out.update(delivery_policy_view(project, sub))
     if push_status is not None:
         out["pushStatus"] = push_status
     out["createdOn"] = zulu_seconds(sub.created_on)
     return out
 
 
+def _seconds(ms: int) -> str:
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms / 1000:.3f}".rstrip("0") + "s"
+
+
+def delivery_policy_view(project: Project, sub: Subscription) -> dict[str, Any]:
+    """The per-message delivery fields a subscription was created with; none on a plain one, whose
+    view stays the original's (docs/delivery.md)."""
+    out: dict[str, Any] = {}
+    if sub.retry_policy:
+        out["retryPolicy"] = {
+            "minimumBackoff": _seconds(sub.min_backoff_ms),
+            "maximumBackoff": _seconds(sub.max_backoff_ms),
+        }
+    if sub.dead_letter:
+        out["deadLetterPolicy"] = {
+            "deadLetterTopic": f"projects/{project.name}/topics/{sub.dead_letter_topic}",
+            "maxDeliveryAttempts": sub.max_delivery_attempts,
+        }
+    if sub.filter:
+        out["filter"] = sub.filter
+    if sub.ordered:
+        out["enableMessageOrdering"] = True
+    if sub.exactly_once:
+        out["enableExactlyOnceDelivery"] = True
+    return out
+
+
 def delivery_view(delivery: Delivery) -> dict[str, Any]:
-    return {"ackId": delivery.ack_id, "message": message_json(delivery.message, decode=False)}
+    out: dict[str, Any] = {"ackId": delivery.ack_id, "message": message_json(delivery.message, decode=False)}
+    if delivery.attempt is not None:
+        out["deliveryAttempt"] = delivery.attempt
+    return out
 
 
 def schema_view(project: Project, schema: Schema) -> dict[str, Any]:

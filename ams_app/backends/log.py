@@ -10,6 +10,7 @@ from typing import Protocol
 class NewMessage:
     data: str  # base64 text as the client sent it
     attributes: dict[str, str]
+    ordering_key: str = ""
 
 
 @dataclass
@@ -18,6 +19,7 @@ class StoredMessage:
     publish_ns: int
     data: str
     attributes: dict[str, str]
+    ordering_key: str = ""
 
 
 class MessageLog(Protocol):

@@ -15,7 +15,7 @@ from ams_app.auth import PROJECT_ADMIN, Caller
 from ams_app.backends.log import MessageLog
 from ams_app.backends.store import InvalidPageToken, MetadataStore
 from ams_app.errors import AmsError
-from ams_app.models import Cursor, Project, Schema, Subscription, Topic, User
+from ams_app.models import Cursor, Project, Schema, Subscription, Topic, User, subscription_key
 from ams_app.service.owner import Owners
 from ams_app.service.usage import UsageCounters
 from ams_app.service.validation import valid_name
@@ -127,12 +127,12 @@ class ServiceBase:
         each pull subscription (consume_owner; ``durable`` waits for the store); otherwise in the
         store, with compare-and-swap."""
         if self.owners is not None and not sub.push.enabled:
-            return self.owners.change(f"{project.uuid}.{sub.name}", change, durable=durable)
+            return self.owners.change(subscription_key(project.uuid, sub.name), change, durable=durable)
         return self._change_cursor(project, sub.name, change)
 
     def _forget_owner(self, project: Project, name: str) -> None:
         if self.owners is not None:
-            self.owners.forget(f"{project.uuid}.{name}")
+            self.owners.forget(subscription_key(project.uuid, name))
 
     def _change_cursor(self, project: Project, name: str, change: Callable[[Cursor], tuple[Cursor | None, R]]) -> R:
         """Apply ``change`` to the subscription's cursor atomically: it returns the new cursor

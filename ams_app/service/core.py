@@ -10,6 +10,7 @@ from typing import cast
 
 import gevent
 from gevent.event import Event
+from gevent.lock import Semaphore
 
 from ams_app import auth
 from ams_app.auth import Caller
@@ -35,6 +36,7 @@ logger = logging.getLogger("ams")  # not "log": self.log is the message log
 class AmsService(ProjectOps, TopicOps, SubscriptionOps, RegistrationOps, MetricsOps):  # each a ServiceBase
     def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
         self.settings = settings
+        self._ordered_pulls: dict[str, Semaphore] = {}
         #: What the last health check found unreachable, by name ("Kafka", "the metadata
         #: store", "ZooKeeper"); /v1/status reports it, and calls to a backend named here fail
         #: at once (ams_app/service/guard.py).

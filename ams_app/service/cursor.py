@@ -2,9 +2,13 @@
 
 A pull leases a contiguous range of messages for the ack deadline; messages leased to one
 consumer are not handed to another until the lease expires. An ack id acknowledges its
-message and every earlier message of the same lease (acks are cumulative within a pull).
+message and every earlier message of the same pull (acks are cumulative within a pull).
 Everything below ``cursor.offset`` is acknowledged; acknowledged ranges above it (acked out
 of order by other consumers) are kept until the offset reaches them.
+
+These are the rules of a plain subscription, the AMS contract. A subscription with any of the
+per-message features keeps the same cursor with more in it and follows ams_app/service/delivery.py;
+a lease whose end a ``modifyAckDeadline`` moved (``until_ns``) is honoured by both.
 """
 
 from __future__ import annotations
@@ -18,17 +22,21 @@ NS = 1_000_000_000
 
 
 def expired(lease: Lease, now_ns: int) -> bool:
-    """Late when whole seconds since delivery exceed the deadline (as the original server)."""
-    return (now_ns - lease.delivered_ns) // NS > lease.deadline_s
+    """Late when whole seconds since delivery exceed the deadline (as the original server), or
+    past the end a modifyAckDeadline gave the lease."""
+    return now_ns >= expiry_ns(lease)
 
 
 def expiry_ns(lease: Lease) -> int:
-    return lease.delivered_ns + (lease.deadline_s + 1) * NS
+    return lease.until_ns or lease.delivered_ns + (lease.deadline_s + 1) * NS
 
 
 def _copy(cursor: Cursor) -> Cursor:
     return dataclasses.replace(
-        cursor, leases=[dataclasses.replace(lease) for lease in cursor.leases], acked=list(cursor.acked)
+        cursor,
+        leases=[dataclasses.replace(lease) for lease in cursor.leases],
+        acked=list(cursor.acked),
+        retries=[dataclasses.replace(retry) for retry in cursor.retries],
     )
 
 
@@ -53,6 +61,11 @@ def normalize(cursor: Cursor, log_min: int) -> Cursor:
         else:
             acked.append((start, end))
     c.acked = [(s, e) for s, e in acked if e > c.offset]
+    c.retries = [
+        dataclasses.replace(r, start=max(r.start, c.offset))
+        for r in c.retries
+        if r.end > c.offset and not any(s <= r.start and r.end <= e for s, e in c.acked)
+    ]
     return c
 
 
@@ -63,7 +76,7 @@ def next_free_range(
     c = _copy(cursor)
     c.leases = [lease for lease in c.leases if not expired(lease, now_ns)]
     c = normalize(c, log_min)
-    occupied = sorted([(lease.start, lease.end) for lease in c.leases] + c.acked)
+    occupied = sorted([(x.start, x.end) for x in c.leases] + [(x.start, x.end) for x in c.retries] + c.acked)
     start = c.offset
     limit = log_max
     for s, e in occupied:
@@ -77,7 +90,17 @@ def next_free_range(
     return c, start, end
 
 
+def pull_id(cursor: Cursor, now_ns: int) -> int:
+    """The ``delivered_ns`` of a new pull: its time, moved on by nanoseconds when another pull of
+    this cursor has it already, since it names the pull for cumulative acks."""
+    taken = {lease.delivered_ns for lease in cursor.leases}
+    while now_ns in taken:
+        now_ns += 1
+    return now_ns
+
+
 def with_lease(cursor: Cursor, start: int, end: int, now_ns: int, deadline_s: int) -> Cursor:
+    """The cursor with [start, end) leased by a pull at ``now_ns``, which must be ``pull_id``'s."""
     c = _copy(cursor)
     c.leases = sorted([*c.leases, Lease(start, end, now_ns, deadline_s)], key=lambda lease: lease.start)
     return c
@@ -118,10 +141,12 @@ class AckError(Exception):
 
 
 def acknowledge(cursor: Cursor, offsets: list[int], now_ns: int) -> Cursor:
-    """Apply acks for ``offsets``; all or nothing. Raises AckError."""
+    """Apply acks for ``offsets``; all or nothing. Raises AckError. An offset acknowledges the
+    messages of its pull up to it: of the leases that share its pull's ``delivered_ns`` (one
+    lease, unless a modifyAckDeadline split it), what remains leased up to the offset."""
     c = _copy(cursor)
     active = [lease for lease in c.leases if not expired(lease, now_ns)]
-    per_lease: dict[int, int] = {}
+    per_pull: dict[int, int] = {}
     late = False
     wrong = False
     unknown = False
@@ -129,12 +154,12 @@ def acknowledge(cursor: Cursor, offsets: list[int], now_ns: int) -> Cursor:
         if m < c.offset or any(s <= m < e for s, e in c.acked):
             wrong = True
             continue
-        for index, lease in enumerate(c.leases):
+        for lease in c.leases:
             if lease.start <= m < lease.end:
                 if expired(lease, now_ns):
                     late = True
                 else:
-                    per_lease[index] = max(per_lease.get(index, m), m)
+                    per_pull[lease.delivered_ns] = max(per_pull.get(lease.delivered_ns, m), m)
                 break
         else:
             unknown = True
@@ -146,12 +171,12 @@ def acknowledge(cursor: Cursor, offsets: list[int], now_ns: int) -> Cursor:
         c.leases = active
         raise AckError(AckProblem.TIMEOUT, c)
     leases: list[Lease] = []
-    for index, lease in enumerate(c.leases):
-        top = per_lease.get(index)
-        if top is None:
+    for lease in c.leases:
+        top = per_pull.get(lease.delivered_ns)
+        if top is None or top < lease.start or expired(lease, now_ns):
             leases.append(lease)
             continue
-        c.acked.append((lease.start, top + 1))
+        c.acked.append((lease.start, min(top + 1, lease.end)))
         if top + 1 < lease.end:
             leases.append(dataclasses.replace(lease, start=top + 1))
     c.leases = leases

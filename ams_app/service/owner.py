@@ -35,7 +35,7 @@ from gevent.event import Event
 from gevent.lock import Semaphore
 
 from ams_app.errors import AmsError
-from ams_app.models import Cursor
+from ams_app.models import Cursor, subscription_of_key
 from ams_app.service import cursor as cur
 from ams_app.settings import Settings
 from ams_app.zookeeper import zookeeper_client
@@ -245,7 +245,7 @@ class Owners:
 
     def _take(self, key: str, session: int) -> Held:
         """Start owning ``key``: read the cursor and write it back at once (the fence)."""
-        project_uuid, name = key.split(".", 1)
+        project_uuid, name = subscription_of_key(key)
         for _ in range(5):
             cursor = self.store.get_cursor(project_uuid, name)
             if cursor is None:
@@ -382,7 +382,7 @@ class Owners:
 
     def _flush(self, held: Held) -> None:
         """One write of the cursor as it is now; every change made so far rides along."""
-        project_uuid, name = held.key.split(".", 1)
+        project_uuid, name = subscription_of_key(held.key)
         target = held.changes
         snapshot = dataclasses.replace(held.cursor, version=held.version, store_mark=held.mark)
         try:

@@ -10,7 +10,7 @@ from typing import Protocol
 from ams_app.auth import PUSH_WORKER, SERVICE_CALLER
 from ams_app.backends.log import StoredMessage
 from ams_app.errors import AmsError
-from ams_app.models import Cursor, Membership, Project, Subscription, User
+from ams_app.models import Cursor, Membership, Project, Subscription, User, subscription_key
 from ams_app.service import cursor as cur
 from ams_app.service.base import ServiceBase, topic_key
 from ams_app.service.usage import UsageCounters
@@ -22,7 +22,7 @@ UNAVAILABLE = "Push server is currently unavailable"
 
 def push_key(project_uuid: str, sub_name: str) -> str:
     """A push subscription's name among the workers (a valid znode name)."""
-    return f"{project_uuid}.{sub_name}"
+    return subscription_key(project_uuid, sub_name)
 
 
 def active(sub: Subscription) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 from ams_app import auth
 from ams_app.backends.log import NewMessage
 from ams_app.errors import AmsError
-from ams_app.service import push_config, schema_check
+from ams_app.service import filters, push_config, schema_check
 from ams_app.service.push_config import PushRequest
 from ams_app.service.validation import as_object, opt_bool, opt_int, opt_str, opt_str_list, valid_name
 from ams_app.settings import Settings
@@ -35,11 +35,23 @@ _BAD_USER = AmsError.invalid_argument("User")
 _BAD_PROJECT = AmsError.invalid_argument("Project")
 _BAD_SCHEMA = AmsError.invalid_argument("Schema")
 _USER_TEXT = ("email", "first_name", "last_name", "organization", "description")
-_ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)$")
+#: An ack id: the message's offset, and on a subscription with per-message delivery the delivery's
+#: attempt after a dot (docs/delivery.md).
+_ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)(?:\.(\d+))?$")
+_BAD_ACK = AmsError.invalid_data("Invalid ack id")
 
 
 def _bad_body() -> AmsError:
     return AmsError.invalid_request_body()
+
+
+def _not_yet(field: str) -> AmsError:
+    """A field of Pub/Sub's this server does not honour yet: refused rather than dropped."""
+    return AmsError.invalid_data(f"{field} is not supported by this server")
+
+
+#: Pub/Sub's limit on an ordering key.
+MAX_ORDERING_KEY_BYTES = 1024
 
 
 def _object_or_empty(raw: Any, error: AmsError) -> dict[str, Any]:
@@ -72,6 +84,8 @@ class NewTopic:
 
 def new_topic(raw: Any, project_name: str) -> NewTopic:
     body = _object_or_empty(raw, _bad_body())
+    if "messageRetentionDuration" in body:
+        raise _not_yet("messageRetentionDuration")
     if not all(isinstance(v, str) for v in body.values()):
         raise _bad_body()
     ref = body.get("schema") or ""
@@ -93,8 +107,11 @@ def _message(index: int, item: Any, limits: Settings) -> NewMessage:
     item = as_object(item, _BAD_MESSAGE)
     data = item.get("data", "")
     attributes = item.get("attributes") or {}
-    if not isinstance(data, str) or not isinstance(attributes, dict):
+    ordering_key = item.get("orderingKey") or ""
+    if not isinstance(data, str) or not isinstance(attributes, dict) or not isinstance(ordering_key, str):
         raise _BAD_MESSAGE
+    if len(ordering_key.encode()) > MAX_ORDERING_KEY_BYTES:
+        raise AmsError.invalid_data(f"Message {index} has an orderingKey longer than {MAX_ORDERING_KEY_BYTES} bytes")
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
         raise _BAD_MESSAGE
     if len(attributes) > limits.max_attributes:
@@ -108,7 +125,7 @@ def _message(index: int, item: Any, limits: Settings) -> NewMessage:
     size = len(decoded) + sum(len(k.encode()) + len(v.encode()) for k, v in attributes.items())
     if size > limits.max_message_bytes:
         raise AmsError.too_large()
-    return NewMessage(data, dict(attributes))
+    return NewMessage(data, dict(attributes), ordering_key)
 
 
 def acl_names(raw: Any, what: str) -> list[str]:
@@ -129,14 +146,35 @@ def attached_schema(raw: Any, project_name: str) -> str:
 
 # --- subscriptions ------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class RetryPolicy:
+    """A subscription's retryPolicy (not push's): the backoff before a message given back is
+    delivered again, in milliseconds."""
+
+    min_backoff_ms: int
+    max_backoff_ms: int
+
+
+@dataclass(frozen=True)
+class DeadLetterPolicy:
+    project: str  # the dead-letter topic's project, by name
+    topic: str
+    max_delivery_attempts: int
+
+
+@dataclass(frozen=True)
 class NewSubscription:
     topic: str
     ack_deadline: int | None  # None: the configured default
     push: PushRequest | None  # None: pull mode
+    retry: RetryPolicy | None = None
+    dead_letter: DeadLetterPolicy | None = None
+    filter: str = ""  # checked by ams_app/service/filters.py
+    ordered: bool = False
+    exactly_once: bool = False
 
 
 def _deadline(body: dict[str, Any]) -> int | None:
-    """ackDeadlineSeconds in 0..600; None when absent or 0."""
+    """ackDeadlineSeconds in 0..600; None when absent or 0 (the configured default)."""
     value = opt_int(body, "ackDeadlineSeconds", _BAD_DEADLINE)
     if not value:
         return None
@@ -145,19 +183,119 @@ def _deadline(body: dict[str, Any]) -> int | None:
     return value
 
 
+_MAX_BACKOFF_MS = 600_000
+
+
+def duration_ms(value: Any, field: str) -> int:
+    """A protobuf Duration in JSON ("10s", "1.5s", "600s") as milliseconds."""
+    bad = AmsError.invalid_data(f'{field} must be a duration in seconds such as "10s"')
+    if not isinstance(value, str) or not value.endswith("s"):
+        raise bad
+    number = value[:-1]
+    whole, _, fraction = number.partition(".")
+    if not whole.isdigit() or not (fraction == "" or (fraction.isdigit() and len(fraction) <= 9)):
+        raise bad
+    return int(whole) * 1000 + int((fraction + "000")[:3])
+
+
+def _retry_policy(raw: Any) -> RetryPolicy | None:
+    if raw is None:
+        return None
+    bad = AmsError.invalid_data("retryPolicy must be an object with minimumBackoff and maximumBackoff")
+    body = as_object(raw, bad)
+    if set(body) - {"minimumBackoff", "maximumBackoff"}:
+        raise bad
+    low = duration_ms(body.get("minimumBackoff", "10s"), "retryPolicy.minimumBackoff")
+    high = duration_ms(body.get("maximumBackoff", "600s"), "retryPolicy.maximumBackoff")
+    if not 0 <= low <= high <= _MAX_BACKOFF_MS or high == 0:
+        raise AmsError.invalid_data(
+            "retryPolicy needs 0s <= minimumBackoff <= maximumBackoff <= 600s, and maximumBackoff above 0s"
+        )
+    return RetryPolicy(low, high)
+
+
+def _dead_letter_policy(raw: Any) -> DeadLetterPolicy | None:
+    if raw is None:
+        return None
+    bad = AmsError.invalid_data("deadLetterPolicy must be an object with deadLetterTopic and maxDeliveryAttempts")
+    body = as_object(raw, bad)
+    if set(body) - {"deadLetterTopic", "maxDeliveryAttempts"}:
+        raise bad
+    ref = opt_str(body, "deadLetterTopic", bad) or ""
+    parts = ref.split("/")
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "topics" or not parts[1] or not parts[3]:
+        raise AmsError.invalid_data("deadLetterPolicy.deadLetterTopic must be projects/{project}/topics/{topic}")
+    attempts = opt_int(body, "maxDeliveryAttempts", bad) or 5
+    if not 5 <= attempts <= 100:
+        raise AmsError.invalid_data("deadLetterPolicy.maxDeliveryAttempts must be between 5 and 100")
+    return DeadLetterPolicy(parts[1], parts[3], attempts)
+
+
 def new_subscription(raw: Any, project_name: str) -> NewSubscription:
     body = as_object(raw, _BAD_SUB)
     topic = topic_ref(project_name, opt_str(body, "topic", _BAD_SUB) or "")
     deadline = _deadline(body)
-    return NewSubscription(topic, deadline, push_config.read(body.get("pushConfig")))
+    push = push_config.read(body.get("pushConfig"))
+    if body.get("retainAckedMessages") is not None:
+        raise _not_yet("retainAckedMessages")
+    if body.get("messageRetentionDuration") is not None:
+        raise _not_yet("messageRetentionDuration")
+    filter_text = opt_str(body, "filter", AmsError.invalid_data("filter must be a string")) or ""
+    if filter_text:
+        try:
+            filters.parse(filter_text)
+        except filters.FilterError as exc:
+            raise AmsError.invalid_data(str(exc)) from exc
+    ordered = bool(
+        opt_bool(body, "enableMessageOrdering", AmsError.invalid_data("enableMessageOrdering must be a boolean"))
+    )
+    exactly_once = bool(
+        opt_bool(
+            body, "enableExactlyOnceDelivery", AmsError.invalid_data("enableExactlyOnceDelivery must be a boolean")
+        )
+    )
+    new = NewSubscription(
+        topic,
+        deadline,
+        push,
+        _retry_policy(body.get("retryPolicy")),
+        _dead_letter_policy(body.get("deadLetterPolicy")),
+        filter_text,
+        ordered,
+        exactly_once,
+    )
+    if push is not None and push.type and per_message(new):
+        raise AmsError.invalid_data(PUSH_PER_MESSAGE)
+    return new
 
 
-def ack_deadline(raw: Any) -> int:
-    """A modifyAckDeadline body: the deadline in seconds (0: none)."""
+#: Push delivers from the subscription's offset, in order, without the per-message rules.
+PUSH_PER_MESSAGE = (
+    "retryPolicy, deadLetterPolicy, filter, enableMessageOrdering and enableExactlyOnceDelivery"
+    " are for pull subscriptions only"
+)
+
+
+def per_message(new: NewSubscription) -> bool:
+    return bool(new.retry or new.dead_letter or new.filter or new.ordered or new.exactly_once)
+
+
+@dataclass(frozen=True)
+class DeadlineChange:
+    seconds: int | None  # None: the configured default (a subscription's deadline given as 0)
+    ack_ids: list[AckRef] | None  # None: the subscription's deadline; else these messages' leases
+
+
+def ack_deadline(raw: Any, project_name: str, sub_name: str) -> DeadlineChange:
+    """A modifyAckDeadline body. With ``ackIds``: those messages' leases end ``seconds`` from now
+    (0: given back at once, a nack). Without: the subscription's deadline (0: the default)."""
     body = as_object(raw, _BAD_DEADLINE)
     if "ackDeadlineSeconds" not in body:
         raise _BAD_DEADLINE
-    return _deadline(body) or 0
+    seconds = _deadline(body)
+    if body.get("ackIds") is None:
+        return DeadlineChange(seconds, None)
+    return DeadlineChange(seconds or 0, ack_refs(body, project_name, sub_name))
 
 
 def push_change(raw: Any) -> PushRequest | None:
@@ -178,19 +316,29 @@ def pull_request(raw: Any) -> PullRequest:
     return PullRequest(max(max_messages, 1), bool(opt_bool(body, "returnImmediately", _BAD_PULL)))
 
 
-def ack_offsets(raw: Any, project_name: str, sub_name: str) -> list[int]:
-    """An acknowledge body: the offsets its ackIds name (ack ids of this subscription only)."""
-    body = as_object(raw, AmsError.invalid_data("Invalid ack parameter"))
+#: An ack id as the service takes it: the message's offset, and the delivery's attempt when the
+#: id names one (docs/delivery.md).
+AckRef = tuple[int, int | None]
+
+
+def ack_refs(body: dict[str, Any], project_name: str, sub_name: str) -> list[AckRef]:
+    """The ``ackIds`` of a body (ack ids of this subscription only)."""
     ids = body.get("ackIds")
     if not isinstance(ids, list) or not ids:
-        raise AmsError.invalid_data("Invalid ack id")
-    offsets: list[int] = []
+        raise _BAD_ACK
+    refs: list[AckRef] = []
     for ack_id in ids:
         match = _ACK_ID.match(ack_id) if isinstance(ack_id, str) else None
         if not match or match.group(1) != project_name or match.group(2) != sub_name:
-            raise AmsError.invalid_data("Invalid ack id")
-        offsets.append(int(match.group(3)))
-    return offsets
+            raise _BAD_ACK
+        attempt = match.group(4)
+        refs.append((int(match.group(3)), int(attempt) if attempt is not None else None))
+    return refs
+
+
+def acknowledgement(raw: Any, project_name: str, sub_name: str) -> list[AckRef]:
+    """An acknowledge body: the messages its ackIds name."""
+    return ack_refs(as_object(raw, AmsError.invalid_data("Invalid ack parameter")), project_name, sub_name)
 
 
 def offset(raw: Any) -> int:

@@ -3,39 +3,71 @@ replay (docs/compatibility.md, "Delivery semantics" in README.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from gevent.event import Event
+from gevent.lock import Semaphore
 
 from ams_app.auth import CONSUMER, PUSH_WORKER, Caller
-from ams_app.backends.log import StoredMessage
+from ams_app.backends.log import NewMessage, StoredMessage
 from ams_app.backends.store import Page
 from ams_app.errors import AmsError
-from ams_app.models import Cursor, Project, Subscription
+from ams_app.models import Cursor, Project, Subscription, Topic, subscription_key
 from ams_app.service import cursor as cur
-from ams_app.service import push_config
+from ams_app.service import delivery as dl
+from ams_app.service import filters, push_config
 from ams_app.service.base import topic_key
 from ams_app.service.push import PushOps, active
 from ams_app.service.push_config import PushRequest
-from ams_app.service.requests import NewSubscription, PullRequest
+from ams_app.service.requests import PUSH_PER_MESSAGE, AckRef, DeadlineChange, NewSubscription, PullRequest
 from ams_app.service.usage import UsageCounters
 from ams_app.timeutil import now_ns, parse_iso8601_ns
 
 _INT64 = (-(2**63), 2**63 - 1)
+#: Reads a pull makes before it answers with nothing when what it read was all filtered out or
+#: held back by ordering.
+_LOOK_FURTHER = 8
+#: How far past its first message an ordered pull reads, looking for keys that may go.
+_ORDERED_WINDOW = 1000
+_NO_LOCK = contextlib.nullcontext()
+#: Attributes of a message published to a dead-letter topic, as Pub/Sub names them.
+DEAD_LETTER_SOURCE = "CloudPubSubDeadLetterSourceSubscription"
+DEAD_LETTER_SOURCE_PROJECT = "CloudPubSubDeadLetterSourceSubscriptionProject"
+DEAD_LETTER_COUNT = "CloudPubSubDeadLetterSourceDeliveryCount"
+log = logging.getLogger("ams.delivery")
+
+
+def _ack_id(prefix: str, offset: int, attempt: int | None) -> str:
+    return f"{prefix}{offset}" if attempt is None else f"{prefix}{offset}.{attempt}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _filter_of(text: str) -> Callable[[StoredMessage], bool]:
+    if not text:
+        return lambda message: True
+    parsed = filters.parse(text)  # checked at create: it parses
+    return lambda message: parsed.matches(message.attributes)
 
 
 @dataclass
 class Delivery:
     ack_id: str
     message: StoredMessage
+    attempt: int | None = None  # shown as deliveryAttempt: on subscriptions with a dead-letter topic
 
 
 class SubscriptionOps(PushOps):
     stopping: Event
     usage: UsageCounters
+    _ordered_pulls: dict[str, Semaphore]  # per owned ordered subscription: one pull at a time
+    publish: Callable[[Project, Topic, list[NewMessage]], list[str]]  # TopicOps's: the dead-letter hand-off
 
     def create_subscription(self, project: Project, name: str, request: NewSubscription) -> Subscription:
         deadline = self.settings.default_ack_deadline if request.ack_deadline is None else request.ack_deadline
@@ -45,6 +77,7 @@ class SubscriptionOps(PushOps):
         topic = self.topic(project, request.topic)
         _, start = self.log.bounds(topic_key(project, topic.name))
         sub = Subscription(project.uuid, name, topic.name, deadline, config, now_ns(), [])
+        self._delivery_policy(project, sub, request)
         if active(sub):  # mattermost: delivered from the start
             self._activate(project, sub)
         if not self.store.create_subscription(sub, start):
@@ -52,6 +85,22 @@ class SubscriptionOps(PushOps):
         if active(sub):
             self.push_changed()
         return sub
+
+    def _delivery_policy(self, project: Project, sub: Subscription, request: NewSubscription) -> None:
+        """The per-message delivery fields of a new subscription (docs/delivery.md). Its creator
+        (a project or service admin) may publish to any topic of the project, the dead-letter
+        topic included."""
+        if request.retry is not None:
+            sub.min_backoff_ms, sub.max_backoff_ms = request.retry.min_backoff_ms, request.retry.max_backoff_ms
+        dead = request.dead_letter
+        if dead is not None:
+            if dead.project != project.name:
+                raise AmsError.invalid_data("deadLetterPolicy.deadLetterTopic must be in the subscription's project")
+            if self.store.get_topic(project.uuid, dead.topic) is None:
+                raise AmsError.not_found("deadLetterPolicy.deadLetterTopic")
+            sub.dead_letter_project, sub.dead_letter_topic = project.uuid, dead.topic
+            sub.max_delivery_attempts = dead.max_delivery_attempts
+        sub.filter, sub.ordered, sub.exactly_once = request.filter, request.ordered, request.exactly_once
 
     def delete_subscription(self, project: Project, name: str) -> str | None:
         """Delete; for an active push subscription, say that its delivery stopped."""
@@ -77,14 +126,38 @@ class SubscriptionOps(PushOps):
         self.topic(project, name)
         return self.store.subscriptions_of_topic(project.uuid, name)
 
-    def modify_ack_deadline(self, project: Project, name: str, seconds: int) -> None:
+    def modify_ack_deadline(self, project: Project, name: str, change: DeadlineChange, received_ns: int) -> None:
+        """Without ack ids: the subscription's deadline (0: the default). With them: the leases of
+        those messages end ``seconds`` after the request came in; 0 gives them back (a nack).
+        On an exactly-once subscription, ids that cannot be changed are named in a 400; on others
+        they are passed over, as Pub/Sub does (a message acknowledged meanwhile has no lease)."""
         sub = self.subscription(project, name)
-        sub.ack_deadline = seconds
-        self.store.update_subscription(sub)
+        if change.ack_ids is None:
+            sub.ack_deadline = self.settings.default_ack_deadline if change.seconds is None else change.seconds
+            self.store.update_subscription(sub)
+            return
+        refs = change.ack_ids
+        policy = dl.policy_of(sub)
+        seconds = change.seconds or 0
+        failed = self._cursor_op(
+            project,
+            sub,
+            lambda c: dl.modify_deadline(c, refs, seconds, received_ns, policy),
+            durable=policy.exactly_once,
+        )
+        self._refused_ids(project, sub, refs, failed)
+
+    def _refused_ids(self, project: Project, sub: Subscription, refs: list[AckRef], failed: dict[int, str]) -> None:
+        if failed and sub.exactly_once:
+            prefix = f"projects/{project.name}/subscriptions/{sub.name}:"
+            named = {_ack_id(prefix, *refs[index]): why for index, why in failed.items()}
+            raise AmsError.ack_ids_refused(named, len(refs))
 
     def modify_push_config(self, project: Project, name: str, request: PushRequest | None) -> None:
         sub = self.subscription(project, name)
         config = push_config.build(request, sub.push)
+        if config.enabled and sub.per_message:
+            raise AmsError.invalid_data(PUSH_PER_MESSAGE)
         if config.enabled:
             self._check_push_enabled()
         was_active, was_push = active(sub), sub.push.enabled
@@ -125,6 +198,8 @@ class SubscriptionOps(PushOps):
         max_messages = min(request.max_messages, self.settings.max_pull_messages)
         wait = 0.0 if request.return_immediately else self.settings.pull_wait_seconds
         give_up = time.monotonic() + wait
+        if sub.per_message:
+            return self._pull_per_message(project, sub, key, max_messages, give_up)
         while True:
             marker = self.log.marker(key)
             messages = self._lease(project, sub, key, max_messages)
@@ -136,6 +211,123 @@ class SubscriptionOps(PushOps):
             if remaining <= 0 or self.stopping.is_set():
                 return []
             self.log.wait_for_append(key, marker, remaining)
+
+    # --- per-message delivery (docs/delivery.md; the rules in ams_app/service/delivery.py) ------
+    def _pull_per_message(
+        self, project: Project, sub: Subscription, key: str, max_messages: int, give_up: float
+    ) -> list[Delivery]:
+        policy = dl.policy_of(sub)
+        wanted = _filter_of(sub.filter)
+        prefix = f"projects/{project.name}/subscriptions/{sub.name}:"
+        while True:
+            marker = self.log.marker(key)
+            if policy.max_attempts:
+                self._hand_off_dead(project, sub, key, policy)
+            for _ in range(_LOOK_FURTHER):  # a read may find nothing to deliver (filtered, held back)
+                found = self._deliver(project, sub, key, max_messages, policy, wanted)
+                if found is None:
+                    break
+                if found:
+                    size = sum(len(m.data) for m, _ in found)
+                    self.usage.consumed(project.uuid, sub.name, len(found), size, now_ns())
+                    shown = sub.dead_letter
+                    return [Delivery(_ack_id(prefix, m.offset, a), m, a if shown else None) for m, a in found]
+            remaining = give_up - time.monotonic()
+            if remaining <= 0 or self.stopping.is_set():
+                return []
+            # messages given back come due without an append: look again within a second
+            self.log.wait_for_append(key, marker, min(remaining, 1.0))
+
+    def _deliver(
+        self,
+        project: Project,
+        sub: Subscription,
+        key: str,
+        max_messages: int,
+        policy: dl.Policy,
+        wanted: Callable[[StoredMessage], bool],
+    ) -> list[tuple[StoredMessage, int]] | None:
+        """One reserve, read, finish; None when nothing could be reserved."""
+        window = max(4 * max_messages, _ORDERED_WINDOW) if policy.ordered else max(2 * max_messages, 100)
+        low, high = self.log.bounds(key)
+        now = now_ns()
+        durable = policy.exactly_once  # leases survive the owner: nobody else gets them meanwhile
+
+        def reserve(c: Cursor) -> tuple[Cursor | None, dl.Reservation | None]:
+            got = dl.reserve(c, low, high, now, max_messages, sub.ack_deadline, policy, window)
+            return (None, None) if got is None else got
+
+        def read(r: dl.Reservation) -> tuple[list[StoredMessage], list[dl.Read]]:
+            messages = self.log.read(key, r.start, r.end, self.settings.max_pull_bytes)
+            return messages, [dl.Read(m.offset, m.ordering_key, wanted(m)) for m in messages]
+
+        messages: list[StoredMessage] = []
+        reads: list[dl.Read] = []
+        if self.owners is None or sub.push.enabled:  # compare-and-swap: all three in one change
+
+            def whole(c: Cursor) -> tuple[Cursor | None, Any]:
+                after, r = reserve(c)
+                if after is None or r is None:
+                    return None, None
+                got, found = read(r)
+                done, delivered = dl.finish(after, r, found, now, policy)
+                return done, (got, delivered)
+
+            result = self._cursor_op(project, sub, whole)
+            if result is None:
+                return None
+            messages, delivered = result
+        else:
+            owned = subscription_key(project.uuid, sub.name)
+            lock = self._ordered_pulls.setdefault(owned, Semaphore()) if policy.ordered else _NO_LOCK
+            with lock:  # ordered: what one pull learns of the keys, the next must know
+                r = self.owners.change(owned, reserve, durable=durable)
+                if r is None:
+                    return None
+                try:
+                    messages, reads = read(r)
+                finally:
+                    delivered = self.owners.change(
+                        owned, lambda c: dl.finish(c, r, reads, now, policy), durable=durable
+                    )
+        by_offset = {m.offset: m for m in messages}
+        return [(by_offset[offset], attempt) for offset, attempt in delivered]
+
+    def _hand_off_dead(self, project: Project, sub: Subscription, key: str, policy: dl.Policy) -> None:
+        """Publish the messages out of attempts to the dead-letter topic, then acknowledge them:
+        a failure between the two publishes them again later (at worst a duplicate, never a loss)."""
+        dead = self._cursor_op(project, sub, lambda c: dl.take_dead(c, now_ns(), policy), durable=policy.exactly_once)
+        if not dead:
+            return
+        target = self.store.get_topic(project.uuid, sub.dead_letter_topic)
+        if target is None:  # deleted meanwhile (deletion is refused while named): they wait
+            log.warning("dead-letter topic %s of %s is missing", sub.dead_letter_topic, sub.name)
+            return
+        attempts = {m: r.attempts for r in dead for m in range(r.start, r.end)}
+        handed: list[int] = []
+        for r in dead:
+            messages = self.log.read(key, r.start, r.end, 2**62)
+            copies = [
+                NewMessage(
+                    m.data,
+                    {
+                        **m.attributes,
+                        DEAD_LETTER_SOURCE: sub.name,
+                        DEAD_LETTER_SOURCE_PROJECT: project.name,
+                        DEAD_LETTER_COUNT: str(attempts[m.offset]),
+                    },
+                    m.ordering_key,
+                )
+                for m in messages
+            ]
+            try:
+                self.publish(project, target, copies)
+            except AmsError as exc:  # e.g. the copy breaks the topic's schema: it waits, and is logged
+                log.warning("dead-lettering %d messages of %s: %s", len(copies), sub.name, exc.message)
+                continue
+            handed += list(range(r.start, r.end))  # those the log no longer has are let go with them
+        if handed:
+            self._cursor_op(project, sub, lambda c: (dl.handed_off(c, handed), None))
 
     def _lease(self, project: Project, sub: Subscription, key: str, max_messages: int) -> list[StoredMessage]:
         if self.owners is not None and not sub.push.enabled:
@@ -161,7 +353,7 @@ class SubscriptionOps(PushOps):
         round trips: the range is leased first, then read, then the lease is cut to what was read
         (other pulls meanwhile lease the ranges after it)."""
         assert self.owners is not None
-        owned = f"{project.uuid}.{sub.name}"
+        owned = subscription_key(project.uuid, sub.name)
         # What the log knows without asking the broker first; the broker is asked when that cuts
         # the lease short or finds nothing, or when the read shows it was out of date.
         known = self.log.known_bounds(key)
@@ -205,9 +397,18 @@ class SubscriptionOps(PushOps):
         assert self.owners is not None
         self.owners.change(owned, lambda c: (cur.trim_lease(c, start, delivered_ns, end), None), durable=False)
 
-    def acknowledge(self, project: Project, sub: Subscription, offsets: list[int], received_ns: int) -> None:
-        """Acknowledge ``offsets``; in time when the request came in (``received_ns``) before its
-        lease expired, however long it then waited (for a subscription's owner to change hands)."""
+    def acknowledge(self, project: Project, sub: Subscription, refs: list[AckRef], received_ns: int) -> None:
+        """Acknowledge the messages; in time when the request came in (``received_ns``) before its
+        lease expired, however long it then waited (for a subscription's owner to change hands).
+        On a plain subscription an ack id acknowledges the earlier messages of its pull too, and a
+        wrong id fails the request; with per-message delivery each id stands alone
+        (docs/delivery.md)."""
+        if sub.per_message:
+            policy = dl.policy_of(sub)
+            failed = self._cursor_op(project, sub, lambda c: dl.acknowledge(c, refs, received_ns, policy))
+            self._refused_ids(project, sub, refs, failed)
+            return
+        offsets = [offset for offset, _ in refs]
 
         def ack(cursor: Cursor) -> tuple[Cursor | None, cur.AckError | None]:
             try:

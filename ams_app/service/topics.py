@@ -24,10 +24,26 @@ class TopicOps(SchemaOps):
         return topic
 
     def delete_topic(self, project: Project, name: str) -> None:
+        users = self.dead_letter_users(project, name) if self.store.get_topic(project.uuid, name) else []
+        if users:
+            raise AmsError.generic_conflict(
+                f"Topic is the dead-letter topic of subscriptions: {', '.join(sorted(users))}"
+            )
         if not self.store.delete_topic(project.uuid, name):
             raise AmsError.not_found("Topic")
         self.usage.forget(project.uuid, "topic", name)
         self.log.delete_topic(topic_key(project, name))
+
+    def dead_letter_users(self, project: Project, topic: str) -> list[str]:
+        """The subscriptions of the project that dead-letter into ``topic``."""
+        names: list[str] = []
+        token = ""
+        while True:
+            page = self.store.list_subscriptions(project.uuid, None, 1000, token)
+            names += [s.name for s in page.items if s.dead_letter and s.dead_letter_topic == topic]
+            token = page.next_page_token
+            if not token:
+                return names
 
     def list_topics(
         self, caller: Caller, project: Project, page_size: str | None, page_token: str | None

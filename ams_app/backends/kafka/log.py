@@ -414,7 +414,7 @@ class KafkaMessageLog:
         try:
             deadline = time.monotonic() + self.timeout
             for index, message in enumerate(messages):
-                value = payload(message.attributes, message.data, stamp)
+                value = payload(message.attributes, message.data, stamp, message.ordering_key)
                 self._produce(key, value, ns // _NS_PER_MS, delivery.reporter(index), deadline)
             if not delivery.done.wait(max(deadline - time.monotonic(), 0) + 5):
                 raise TimeoutError("the broker did not acknowledge the messages in time")
@@ -429,7 +429,7 @@ class KafkaMessageLog:
             raise _backend_error(KafkaException(failed[0]))
         self._notifier.notify(key)
         return [
-            StoredMessage(offset, ns, m.data, m.attributes)
+            StoredMessage(offset, ns, m.data, m.attributes, m.ordering_key)
             for (_, offset), m in zip(delivery.reports(), messages, strict=True)
         ]
 
@@ -732,18 +732,26 @@ def _passing(record: Any, error: KafkaError) -> bool:
     return record.topic() is None or error.code() in _NO_LEADER_YET or error.retriable()
 
 
-def payload(attributes: dict[str, str], data: str, stamp: str) -> bytes:
+def payload(attributes: dict[str, str], data: str, stamp: str, ordering_key: str = "") -> bytes:
     """A message's record value: the bytes of ``json.dumps({"attributes", "data", "publishTime"})``
     (the original's payload), made without json.dumps's per-call work (about a tenth of the request
     thread's samples in the profile of docs/benchmarks.md): the data goes through the JSON
-    encoder's C function alone."""
+    encoder's C function alone. A message with an ordering key has ``"orderingKey"`` last (only
+    then: the original's readers see the payload they know)."""
     attrs = json.dumps(attributes) if attributes else "{}"
-    return f'{{"attributes": {attrs}, "data": {_json_string(data)}, "publishTime": "{stamp}"}}'.encode()
+    key = f', "orderingKey": {_json_string(ordering_key)}' if ordering_key else ""
+    return f'{{"attributes": {attrs}, "data": {_json_string(data)}, "publishTime": "{stamp}"{key}}}'.encode()
 
 
 def _decoded(record: Any, offset: int, value: bytes) -> StoredMessage:
     payload = jsoncodec.loads(value)
-    return StoredMessage(offset, _publish_ns(payload, record), payload["data"], payload.get("attributes") or {})
+    return StoredMessage(
+        offset,
+        _publish_ns(payload, record),
+        payload["data"],
+        payload.get("attributes") or {},
+        payload.get("orderingKey") or "",
+    )
 
 
 def _publish_ns(payload: dict[str, Any], record: Any) -> int:

@@ -35,7 +35,11 @@ CREATE INDEX IF NOT EXISTS messages_by_time ON messages (key, publish_ns);
 
 #: The schema's migrations, in order (ams_app/backends/sqlite/db.py). Append; never edit one that
 #: has shipped.
-MIGRATIONS = (BASELINE,)
+MIGRATIONS = (
+    BASELINE,
+    # 2: messages keep their ordering key (docs/delivery.md)
+    "ALTER TABLE messages ADD COLUMN ordering_key TEXT NOT NULL DEFAULT '';",
+)
 
 #: How often waiting pulls re-check the log when nothing woke them (another process may write).
 _RECHECK_SECONDS = 1.0
@@ -93,10 +97,12 @@ class SqliteMessageLog:
             offset, last_ns = row
             # Publish times never go backwards within a topic, so time lookups can bisect.
             ns = max(now_ns(), last_ns)
-            stored = [StoredMessage(offset + i, ns, m.data, m.attributes) for i, m in enumerate(messages)]
+            stored = [
+                StoredMessage(offset + i, ns, m.data, m.attributes, m.ordering_key) for i, m in enumerate(messages)
+            ]
             conn.executemany(
-                "INSERT INTO messages (key, offset, publish_ns, attributes, data) VALUES (?,?,?,?,?)",
-                [(key, s.offset, s.publish_ns, json.dumps(s.attributes), s.data) for s in stored],
+                "INSERT INTO messages (key, offset, publish_ns, attributes, data, ordering_key) VALUES (?,?,?,?,?,?)",
+                [(key, s.offset, s.publish_ns, json.dumps(s.attributes), s.data, s.ordering_key) for s in stored],
             )
             conn.execute(
                 "UPDATE log_topics SET next_offset=?, last_ns=? WHERE key=?",
@@ -113,15 +119,15 @@ class SqliteMessageLog:
             out: list[StoredMessage] = []
             size = 0
             cursor = conn.execute(
-                "SELECT offset, publish_ns, attributes, data FROM messages"
+                "SELECT offset, publish_ns, attributes, data, ordering_key FROM messages"
                 " WHERE key=? AND offset>=? AND offset<? ORDER BY offset",
                 (key, start, end),
             )
-            for offset, publish_ns, attributes, data in cursor:
+            for offset, publish_ns, attributes, data, ordering_key in cursor:
                 size += len(data) + len(attributes)
                 if out and size > max_bytes:
                     break
-                out.append(StoredMessage(offset, publish_ns, data, json.loads(attributes)))
+                out.append(StoredMessage(offset, publish_ns, data, json.loads(attributes), ordering_key))
             return out
 
         return self.db.read(tx)

@@ -42,9 +42,9 @@ def test_the_time_the_ack_came_in_decides_whether_it_is_late(service: InProcessS
     offset = _pull(service)
     sub = svc.subscription(project, "s")
     with pytest.raises(AmsError) as late:  # served now, but came in after the 1 s deadline
-        svc.acknowledge(project, sub, [offset], now_ns() + 3 * SECOND)
+        svc.acknowledge(project, sub, [(offset, None)], now_ns() + 3 * SECOND)
     assert late.value.code == 408
     offset = _pull(service)  # the late ack gave the message back: it comes again
     came_in = now_ns()
-    svc.acknowledge(project, svc.subscription(project, "s"), [offset], came_in)  # in time
+    svc.acknowledge(project, svc.subscription(project, "s"), [(offset, None)], came_in)  # in time
     assert svc.offsets(project, "s")["current"] == offset + 1

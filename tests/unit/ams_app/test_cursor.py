@@ -15,7 +15,7 @@ def lease(c: Cursor, low: int, high: int, now: int, n: int, deadline: int = 10) 
     found = cur.next_free_range(c, low, high, now, n)
     assert found is not None
     base, start, end = found
-    return cur.with_lease(base, start, end, now, deadline), start, end
+    return cur.with_lease(base, start, end, cur.pull_id(base, now), deadline), start, end
 
 
 def test_first_range_starts_at_the_offset_and_respects_max() -> None:
@@ -103,8 +103,8 @@ def test_retention_moves_the_offset_and_clips_leases() -> None:
 
 def test_next_wakeup_is_the_earliest_expiry() -> None:
     c, _, _ = lease(Cursor(), 0, 10, T0, 1, deadline=5)
-    c, _, _ = lease(c, 0, 10, T0, 1, deadline=2)
-    assert cur.next_wakeup_ns(c, T0) == T0 + 3 * S
+    c, _, _ = lease(c, 0, 10, T0, 1, deadline=2)  # a pull at the same instant: named T0 + 1 ns
+    assert cur.next_wakeup_ns(c, T0) == T0 + 1 + 3 * S
     assert cur.next_wakeup_ns(Cursor(), T0) is None
 
 
@@ -123,3 +123,29 @@ def test_a_lease_of_which_nothing_was_read_is_removed() -> None:
     c = cur.with_lease(Cursor(offset=0), 0, 100, 5, 10)
     assert cur.trim_lease(c, 0, 5, 0).leases == []
     assert cur.trim_lease(c, 0, 99, 0).leases == c.leases  # another pull's lease is left alone
+
+
+def test_two_pulls_at_the_same_instant_stay_two_pulls_for_cumulative_acks() -> None:
+    c, _, _ = lease(Cursor(), 0, 10, T0, 3)  # 0..2
+    c, _, _ = lease(c, 0, 10, T0, 3)  # 3..5, at the same nanosecond
+    assert len({x.delivered_ns for x in c.leases}) == 2
+    c = cur.acknowledge(c, [4], T0)
+    assert (c.offset, c.acked) == (0, [(3, 5)])
+
+
+def test_a_lease_split_by_a_deadline_change_still_acks_cumulatively_by_its_pull() -> None:
+    c, _, _ = lease(Cursor(), 0, 10, T0, 5)
+    first = c.leases[0]
+    c.leases = [
+        Lease(0, 2, first.delivered_ns, 10),
+        Lease(2, 3, first.delivered_ns, 10, until_ns=T0 + 100 * S),
+        Lease(3, 5, first.delivered_ns, 10),
+    ]
+    c = cur.acknowledge(c, [3], T0 + S)
+    assert (c.offset, [(x.start, x.end) for x in c.leases]) == (4, [(4, 5)])
+
+
+def test_a_lease_moved_by_a_deadline_change_expires_then_not_by_the_deadline() -> None:
+    moved = Lease(0, 1, T0, 10, until_ns=T0 + 30 * S)
+    assert not cur.expired(moved, T0 + 20 * S)
+    assert cur.expired(moved, T0 + 30 * S)

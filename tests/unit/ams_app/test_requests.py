@@ -84,12 +84,24 @@ def test_a_new_subscription_deadline_of_zero_or_none_is_the_default(given: Any, 
 def test_a_deadline_out_of_range_is_refused(given: Any) -> None:
     body = {"topic": "projects/p/topics/t", "ackDeadlineSeconds": given}
     assert refused(requests.new_subscription, body, "p").message.startswith("Invalid ackDeadlineSeconds")
-    assert refused(requests.ack_deadline, {"ackDeadlineSeconds": given}).message.startswith("Invalid ackDeadline")
+    change = {"ackDeadlineSeconds": given}
+    assert refused(requests.ack_deadline, change, "p", "s").message.startswith("Invalid ackDeadline")
 
 
-def test_modify_ack_deadline_needs_the_field() -> None:
-    assert requests.ack_deadline({"ackDeadlineSeconds": 0}) == 0
-    assert refused(requests.ack_deadline, {}).message.startswith("Invalid ackDeadlineSeconds")
+def test_modify_ack_deadline_needs_the_field_and_zero_means_the_default_for_the_subscription() -> None:
+    assert requests.ack_deadline({"ackDeadlineSeconds": 0}, "p", "s") == requests.DeadlineChange(None, None)
+    assert refused(requests.ack_deadline, {}, "p", "s").message.startswith("Invalid ackDeadlineSeconds")
+
+
+def test_modify_ack_deadline_with_ack_ids_changes_those_messages_and_zero_is_a_nack() -> None:
+    ids = ["projects/p/subscriptions/s:4", "projects/p/subscriptions/s:9.2"]
+    nack = requests.ack_deadline({"ackIds": ids, "ackDeadlineSeconds": 0}, "p", "s")
+    assert nack == requests.DeadlineChange(0, [(4, None), (9, 2)])
+    assert requests.ack_deadline({"ackIds": ids[:1], "ackDeadlineSeconds": 60}, "p", "s").seconds == 60
+    for wrong in ([], ["projects/p/subscriptions/t:4"], "projects/p/subscriptions/s:4"):
+        assert refused(requests.ack_deadline, {"ackIds": wrong, "ackDeadlineSeconds": 0}, "p", "s").message == (
+            "Invalid ack id"
+        )
 
 
 def test_push_config_is_read_for_its_shape_and_built_by_the_rules() -> None:
@@ -114,11 +126,80 @@ def test_pull_parameters_default_and_clamp() -> None:
 
 
 def test_ack_ids_give_offsets_of_the_named_subscription_only() -> None:
-    ids = ["projects/p/subscriptions/s:4", "projects/p/subscriptions/s:9"]
-    assert requests.ack_offsets({"ackIds": ids}, "p", "s") == [4, 9]
-    for wrong in (["projects/p/subscriptions/t:4"], ["projects/q/subscriptions/s:4"], ["s:4"], [4], []):
-        assert refused(requests.ack_offsets, {"ackIds": wrong}, "p", "s").message == "Invalid ack id"
-    assert refused(requests.ack_offsets, "x", "p", "s").message == "Invalid ack parameter"
+    ids = ["projects/p/subscriptions/s:4", "projects/p/subscriptions/s:9", "projects/p/subscriptions/s:10.3"]
+    assert requests.acknowledgement({"ackIds": ids}, "p", "s") == [(4, None), (9, None), (10, 3)]
+    wrongs = (["projects/p/subscriptions/t:4"], ["projects/q/subscriptions/s:4"], ["s:4"], [4], [], ["x:4."])
+    for wrong in (*wrongs, ["projects/p/subscriptions/s:4.x"], ["projects/p/subscriptions/s:4.1.1"]):
+        assert refused(requests.acknowledgement, {"ackIds": wrong}, "p", "s").message == "Invalid ack id"
+    assert refused(requests.acknowledgement, "x", "p", "s").message == "Invalid ack parameter"
+
+
+def test_the_per_message_fields_of_a_new_subscription_are_read_and_checked() -> None:
+    body = {
+        "topic": "projects/p/topics/t",
+        "retryPolicy": {"minimumBackoff": "1.5s", "maximumBackoff": "60s"},
+        "deadLetterPolicy": {"deadLetterTopic": "projects/p/topics/dead", "maxDeliveryAttempts": 7},
+        "filter": 'attributes.site = "GRNET"',
+        "enableMessageOrdering": True,
+        "enableExactlyOnceDelivery": "true",
+    }
+    new = requests.new_subscription(body, "p")
+    assert new.retry == requests.RetryPolicy(1500, 60_000)
+    assert new.dead_letter == requests.DeadLetterPolicy("p", "dead", 7)
+    assert (new.filter, new.ordered, new.exactly_once) == ('attributes.site = "GRNET"', True, True)
+    assert requests.new_subscription({**body, "retryPolicy": {}}, "p").retry == requests.RetryPolicy(10_000, 600_000)
+    dead = {"deadLetterTopic": "projects/p/topics/d"}
+    assert requests.new_subscription({**body, "deadLetterPolicy": dead}, "p").dead_letter == (
+        requests.DeadLetterPolicy("p", "d", 5)
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("retryPolicy", {"minimumBackoff": "20s", "maximumBackoff": "10s"}, "retryPolicy needs"),
+        ("retryPolicy", {"maximumBackoff": "601s"}, "retryPolicy needs"),
+        ("retryPolicy", {"minimumBackoff": "10"}, "retryPolicy.minimumBackoff must be a duration"),
+        ("retryPolicy", {"minimumBackoff": "-1s"}, "retryPolicy.minimumBackoff must be a duration"),
+        ("retryPolicy", {"minimum": "1s"}, "retryPolicy must be an object"),
+        ("retryPolicy", "10s", "retryPolicy must be an object"),
+        ("deadLetterPolicy", {"deadLetterTopic": "dead"}, "deadLetterPolicy.deadLetterTopic must be"),
+        ("deadLetterPolicy", {"deadLetterTopic": "projects/p/topics/d", "maxDeliveryAttempts": 4}, "between 5 and 100"),
+        ("deadLetterPolicy", {"deadLetterTopic": "projects/p/topics/d", "maxDeliveryAttempts": 101}, "between 5"),
+        ("filter", 'attributes.x = "1" AND attributes.y = "2" OR attributes:z', "Invalid filter: AND and OR"),
+        ("filter", "x" * 257, "Invalid filter: longer than 256 bytes"),
+        ("filter", 7, "filter must be a string"),
+        ("enableMessageOrdering", "often", "enableMessageOrdering must be a boolean"),
+        ("retainAckedMessages", True, "retainAckedMessages is not supported"),
+        ("messageRetentionDuration", "600s", "messageRetentionDuration is not supported"),
+    ],
+)
+def test_per_message_fields_that_cannot_be_honoured_are_refused(field: str, value: Any, says: str) -> None:
+    body = {"topic": "projects/p/topics/t", field: value}
+    assert says in refused(requests.new_subscription, body, "p").message
+
+
+def test_per_message_fields_are_refused_on_push_subscriptions() -> None:
+    push = {"type": "http_endpoint", "pushEndpoint": "https://x.example.org/h"}
+    body = {"topic": "projects/p/topics/t", "pushConfig": push, "enableExactlyOnceDelivery": True}
+    assert refused(requests.new_subscription, body, "p").message == requests.PUSH_PER_MESSAGE
+
+
+def test_an_ordering_key_is_kept_and_bounded() -> None:
+    limits = Settings()
+    got = requests.messages({"messages": [{"data": "eA==", "orderingKey": "k1"}]}, limits)
+    assert got[0].ordering_key == "k1"
+    long_key = {"messages": [{"data": "eA==", "orderingKey": "k" * 1025}]}
+    assert "orderingKey longer than 1024 bytes" in refused(requests.messages, long_key, limits).message
+    assert refused(requests.messages, {"messages": [{"data": "eA==", "orderingKey": 5}]}, limits).message == (
+        "Invalid Message Arguments"
+    )
+
+
+def test_a_topic_retention_is_refused_until_it_is_honoured() -> None:
+    assert "messageRetentionDuration is not supported" in (
+        refused(requests.new_topic, {"messageRetentionDuration": "600s"}, "p").message
+    )
 
 
 def test_an_offset_is_required_and_integral() -> None:

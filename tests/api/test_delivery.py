@@ -1,0 +1,273 @@
+"""Per-message delivery through the API (docs/delivery.md): nack and per-message deadlines, retry
+backoff, dead-letter topics, filters, ordering keys, exactly-once; and what a plain subscription
+keeps from the original. On both backends."""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+import pytest
+
+from tests.helpers import Api, b64, error_of, unique
+
+pytestmark = pytest.mark.inprocess  # the rules: in-process on the embedded backend (tests/inprocess.py)
+
+
+def make_sub(api: Api, project: str, topic: str, **fields: Any) -> str:
+    name = unique("sub")
+    api.ok(
+        "PUT", f"/projects/{project}/subscriptions/{name}", {"topic": f"projects/{project}/topics/{topic}", **fields}
+    )
+    return name
+
+
+def publish(api: Api, project: str, topic: str, *messages: dict[str, Any]) -> list[str]:
+    body = {
+        "messages": [{"data": b64(m.get("text", "x")), **{k: v for k, v in m.items() if k != "text"}} for m in messages]
+    }
+    return list(api.ok("POST", f"/projects/{project}/topics/{topic}:publish", body)["messageIds"])
+
+
+def text(received: dict[str, Any]) -> str:
+    return base64.b64decode(received["message"]["data"]).decode()
+
+
+def modack(api: Api, project: str, sub: str, ack_ids: list[str], seconds: int) -> Any:
+    body = {"ackIds": ack_ids, "ackDeadlineSeconds": seconds}
+    return api.post(f"/projects/{project}/subscriptions/{sub}:modifyAckDeadline", body)
+
+
+def sub_view(api: Api, project: str, sub: str) -> dict[str, Any]:
+    return dict(api.ok("GET", f"/projects/{project}/subscriptions/{sub}"))
+
+
+# --- what a plain subscription keeps, and the regressions found from outside ----------------------
+def test_a_nack_with_ack_ids_gives_the_message_back_and_leaves_the_subscription_deadline(
+    api: Api, project: str, topic: str
+) -> None:
+    sub = make_sub(api, project, topic, ackDeadlineSeconds=120)
+    api.publish(project, topic, "a", "b", "c")
+    got = api.pull(project, sub, 3)
+    assert modack(api, project, sub, [got[1]["ackId"]], 0).status_code == 200
+    assert sub_view(api, project, sub)["ackDeadlineSeconds"] == 120
+    again = api.pull(project, sub, 3)
+    assert [text(m) for m in again] == ["b"]  # at once, not after the deadline
+    # the cumulative ack of the last id still takes the earlier message of its pull, not the nacked one
+    assert api.ack(project, sub, [got[2]["ackId"]]).status_code == 200
+    assert api.ack(project, sub, [again[0]["ackId"]]).status_code == 200
+    offsets = api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")
+    assert offsets["current"] == 3
+
+
+def test_a_deadline_change_with_ack_ids_extends_those_leases_only(api: Api, project: str, topic: str) -> None:
+    sub = make_sub(api, project, topic, ackDeadlineSeconds=1)
+    api.publish(project, topic, "a", "b")
+    got = api.pull(project, sub, 2)
+    assert modack(api, project, sub, [got[0]["ackId"]], 60).status_code == 200
+    time.sleep(2.2)  # the server's clock: b's lease of one second runs out, a's was moved to a minute
+    assert [text(m) for m in api.pull(project, sub, 2)] == ["b"]
+    assert sub_view(api, project, sub)["ackDeadlineSeconds"] == 1
+
+
+def test_a_subscription_deadline_of_zero_is_the_default_on_create_and_on_change(
+    api: Api, project: str, topic: str, sub: str
+) -> None:
+    path = f"/projects/{project}/subscriptions/{sub}:modifyAckDeadline"
+    api.ok("POST", path, {"ackDeadlineSeconds": 30})
+    assert sub_view(api, project, sub)["ackDeadlineSeconds"] == 30
+    api.ok("POST", path, {"ackDeadlineSeconds": 0})
+    assert sub_view(api, project, sub)["ackDeadlineSeconds"] == 10
+    assert sub_view(api, project, make_sub(api, project, topic, ackDeadlineSeconds=0))["ackDeadlineSeconds"] == 10
+
+
+def test_a_plain_subscription_shows_none_of_the_new_fields(api: Api, project: str, sub: str) -> None:
+    assert set(sub_view(api, project, sub)) == {"name", "topic", "pushConfig", "ackDeadlineSeconds", "createdOn"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"retainAckedMessages": True}, "retainAckedMessages is not supported"),
+        ({"messageRetentionDuration": "3600s"}, "messageRetentionDuration is not supported"),
+        ({"filter": 'attributes.a = "1" OR'}, "Invalid filter: "),
+        ({"retryPolicy": {"minimumBackoff": "700s"}}, "retryPolicy needs"),
+        ({"deadLetterPolicy": {"deadLetterTopic": "projects/x/topics/y"}}, "must be in the subscription's project"),
+    ],
+)
+def test_what_the_server_cannot_honour_is_refused_not_dropped(
+    api: Api, project: str, topic: str, fields: dict[str, Any], says: str
+) -> None:
+    body = {"topic": f"projects/{project}/topics/{topic}", **fields}
+    r = api.put(f"/projects/{project}/subscriptions/{unique('sub')}", body)
+    assert r.status_code == 400
+    assert says in error_of(r)["message"]
+
+
+def test_a_topic_retention_is_refused_until_honoured(api: Api, project: str) -> None:
+    r = api.put(f"/projects/{project}/topics/{unique('topic')}", {"messageRetentionDuration": "600s"})
+    assert r.status_code == 400
+    assert "messageRetentionDuration" in error_of(r)["message"]
+
+
+def test_a_dead_letter_topic_must_exist(api: Api, project: str, topic: str) -> None:
+    body = {
+        "topic": f"projects/{project}/topics/{topic}",
+        "deadLetterPolicy": {"deadLetterTopic": f"projects/{project}/topics/nope"},
+    }
+    r = api.put(f"/projects/{project}/subscriptions/{unique('sub')}", body)
+    assert r.status_code == 404
+
+
+# --- per-message acks, retries and dead letters ---------------------------------------------------
+def test_per_message_acks_do_not_undo_a_nack(api: Api, project: str, topic: str) -> None:
+    sub = make_sub(api, project, topic, retryPolicy={"minimumBackoff": "0s", "maximumBackoff": "1s"})
+    view = sub_view(api, project, sub)
+    assert view["retryPolicy"] == {"minimumBackoff": "0s", "maximumBackoff": "1s"}
+    api.publish(project, topic, *[f"m{i}" for i in range(6)])
+    got = api.pull(project, sub, 6)
+    assert all(m["ackId"].endswith(".1") for m in got)  # the delivery's attempt
+    assert modack(api, project, sub, [got[3]["ackId"]], 0).status_code == 200
+    assert api.ack(project, sub, [got[5]["ackId"]]).status_code == 200  # its own message only
+    again = api.pull(project, sub, 6)
+    assert [text(m) for m in again] == ["m3"]
+    assert again[0]["ackId"].endswith(":3.2")
+    assert (
+        api.ack(project, sub, [m["ackId"] for m in got[:3]] + [got[4]["ackId"], again[0]["ackId"]]).status_code == 200
+    )
+    assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["current"] == 6
+
+
+def test_a_nacked_message_waits_for_its_backoff(api: Api, project: str, topic: str) -> None:
+    sub = make_sub(api, project, topic, retryPolicy={"minimumBackoff": "2s", "maximumBackoff": "10s"})
+    api.publish(project, topic, "slow")
+    first = api.pull(project, sub)
+    modack(api, project, sub, [first[0]["ackId"]], 0)
+    assert api.pull(project, sub) == []
+    time.sleep(2.1)  # the server's clock
+    assert [text(m) for m in api.pull(project, sub)] == ["slow"]
+
+
+def test_a_poison_message_goes_to_the_dead_letter_topic_after_its_attempts(api: Api, project: str, topic: str) -> None:
+    dead = unique("dead")
+    api.ok("PUT", f"/projects/{project}/topics/{dead}")
+    watcher = make_sub(api, project, dead)
+    policy = {"deadLetterTopic": f"projects/{project}/topics/{dead}", "maxDeliveryAttempts": 5}
+    sub = make_sub(api, project, topic, deadLetterPolicy=policy)
+    assert sub_view(api, project, sub)["deadLetterPolicy"] == policy
+    api.publish(project, topic, "poison", "fine", attributes={"kind": "test"})
+    attempts = []
+    for _ in range(5):
+        got = {text(m): m for m in api.pull(project, sub, 2)}
+        attempts.append(got["poison"]["deliveryAttempt"])
+        if "fine" in got:
+            api.ack(project, sub, [got["fine"]["ackId"]])
+        modack(api, project, sub, [got["poison"]["ackId"]], 0)
+    assert attempts == [1, 2, 3, 4, 5]
+    assert api.pull(project, sub, 2) == []  # handed off, never delivered again
+    moved = api.pull(project, watcher, 5)
+    assert [text(m) for m in moved] == ["poison"]
+    assert moved[0]["message"]["attributes"] == {
+        "kind": "test",
+        "CloudPubSubDeadLetterSourceSubscription": sub,
+        "CloudPubSubDeadLetterSourceSubscriptionProject": project,
+        "CloudPubSubDeadLetterSourceDeliveryCount": "5",
+    }
+    assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["current"] == 2
+    r = api.delete(f"/projects/{project}/topics/{dead}")
+    assert r.status_code == 409
+    assert sub in error_of(r)["message"]
+    api.ok("DELETE", f"/projects/{project}/subscriptions/{sub}")
+    api.ok("DELETE", f"/projects/{project}/topics/{dead}")
+
+
+# --- filters ---------------------------------------------------------------------------------------
+def test_a_filter_delivers_the_matching_messages_and_acknowledges_the_others(
+    api: Api, project: str, topic: str
+) -> None:
+    sub = make_sub(api, project, topic, filter='attributes.site = "GRNET" AND NOT attributes:test')
+    assert sub_view(api, project, sub)["filter"] == 'attributes.site = "GRNET" AND NOT attributes:test'
+    publish(
+        api,
+        project,
+        topic,
+        {"text": "a", "attributes": {"site": "CERN"}},
+        {"text": "b", "attributes": {"site": "GRNET"}},
+        {"text": "c", "attributes": {"site": "GRNET", "test": "1"}},
+        {"text": "d"},
+        {"text": "e", "attributes": {"site": "GRNET"}},
+    )
+    got = api.pull(project, sub, 10)
+    assert [text(m) for m in got] == ["b", "e"]
+    api.ack(project, sub, [m["ackId"] for m in got])
+    assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["current"] == 5
+
+
+def test_a_malformed_filter_says_where_it_fails(api: Api, project: str, topic: str) -> None:
+    body = {
+        "topic": f"projects/{project}/topics/{topic}",
+        "filter": 'attributes.a = "1" AND attributes.b = "2" OR attributes:c',
+    }
+    r = api.put(f"/projects/{project}/subscriptions/{unique('sub')}", body)
+    assert r.status_code == 400
+    message = error_of(r)["message"]
+    assert message.startswith("Invalid filter: AND and OR cannot be mixed without parentheses")
+    assert message.endswith("at position 42")
+
+
+# --- ordering keys ---------------------------------------------------------------------------------
+def test_ordering_keys_deliver_each_key_in_order_one_at_a_time(api: Api, project: str, topic: str) -> None:
+    sub = make_sub(api, project, topic, enableMessageOrdering=True)
+    assert sub_view(api, project, sub)["enableMessageOrdering"] is True
+    publish(
+        api,
+        project,
+        topic,
+        {"text": "a1", "orderingKey": "a"},
+        {"text": "a2", "orderingKey": "a"},
+        {"text": "b1", "orderingKey": "b"},
+        {"text": "free"},
+        {"text": "a3", "orderingKey": "a"},
+    )
+    first = api.pull(project, sub, 10)
+    assert [text(m) for m in first] == ["a1", "b1", "free"]
+    assert first[0]["message"]["orderingKey"] == "a"
+    assert "orderingKey" not in first[2]["message"]
+    assert api.pull(project, sub, 10) == []  # a and b are out
+    modack(api, project, sub, [first[0]["ackId"]], 0)  # a1 back: a2 must not overtake it
+    again = api.pull(project, sub, 10)
+    assert [text(m) for m in again] == ["a1"]
+    api.ack(project, sub, [again[0]["ackId"]])
+    assert [text(m) for m in api.pull(project, sub, 10)] == ["a2"]
+
+
+# --- exactly-once ----------------------------------------------------------------------------------
+def test_exactly_once_takes_only_the_newest_ack_id_and_names_the_ones_it_refused(
+    api: Api, project: str, topic: str
+) -> None:
+    sub = make_sub(api, project, topic, enableExactlyOnceDelivery=True)
+    assert sub_view(api, project, sub)["enableExactlyOnceDelivery"] is True
+    api.publish(project, topic, "x", "y")
+    got = api.pull(project, sub, 2)
+    modack(api, project, sub, [got[0]["ackId"]], 0)
+    again = api.pull(project, sub, 2)
+    assert [m["ackId"].rsplit(":", 1)[1] for m in again] == ["0.2"]
+    r = api.ack(project, sub, [got[0]["ackId"], got[1]["ackId"]])
+    assert r.status_code == 400
+    body = r.json()["error"]
+    assert body["status"] == "INVALID_ARGUMENT"
+    assert set(body["ackIdErrors"]) == {got[0]["ackId"]}  # the stale one; y was taken
+    assert api.ack(project, sub, [again[0]["ackId"]]).status_code == 200
+    assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["current"] == 2
+    r = api.ack(project, sub, [again[0]["ackId"]])  # acknowledged already: said so
+    assert r.status_code == 400
+    assert set(r.json()["error"]["ackIdErrors"]) == {again[0]["ackId"]}
+
+
+def test_per_message_fields_are_for_pull_subscriptions(api: Api, project: str, topic: str) -> None:
+    sub = make_sub(api, project, topic, enableMessageOrdering=True)
+    push = {"pushConfig": {"type": "mattermost", "mattermostUrl": "https://mattermost.example.org/hooks/x"}}
+    r = api.post(f"/projects/{project}/subscriptions/{sub}:modifyPushConfig", push)
+    assert r.status_code == 400
+    assert "pull subscriptions only" in error_of(r)["message"]
