@@ -165,6 +165,20 @@ class Subscription:
         return self.retry_policy or self.dead_letter or bool(self.filter) or self.ordered or self.exactly_once
 
 
+@dataclass
+class Snapshot:
+    """A subscription's acknowledgement state at a moment, to seek back to (docs/delivery.md)."""
+
+    project_uuid: str
+    name: str
+    topic: str  # bare topic name, in the same project
+    subscription: str  # the subscription it was taken of
+    offset: int  # everything below is acknowledged
+    acked: list[tuple[int, int]] = field(default_factory=list)  # [start, end) acknowledged above offset
+    created_ns: int = 0
+    expire_ns: int = 0
+
+
 def subscription_key(project_uuid: str, name: str) -> str:
     """A subscription's name across projects: its owner's claim, its push claim (docs/production.md)."""
     return f"{project_uuid}.{name}"
