@@ -14,7 +14,9 @@ import base64
 import contextlib
 import json
 import os
+import random
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -288,3 +290,159 @@ def test_the_owner_reports_its_subscriptions_and_leases(nodes, project, cluster,
     assert (sample(page(nodes[owner - 1]), "ams_consume_leases_in_flight") or 0) <= (
         sample(owner_page, "ams_consume_leases_in_flight") or 0
     ) - 1
+
+
+# --- per-message delivery over the three nodes (docs/delivery.md) ----------------------------------
+def test_four_consumers_with_nacks_poison_and_200_ordering_keys_lose_nothing_and_keep_order(nodes, project):
+    """Four consumers, each on a node of its own (one shares), pull one subscription with ordering,
+    a retry policy and a dead-letter topic. They nack at random (early attempts only) and always
+    nack the poison messages. Every other message is acknowledged; each key's messages go in
+    publish order; the dead-letter topic receives exactly the poison messages."""
+    keys, per_key, poison_count = 200, 5, 10
+    topic, dead, sub, watcher = unique("t"), unique("dead"), unique("s"), unique("w")
+    for name in (topic, dead):
+        nodes[0].ok("PUT", f"/projects/{project}/topics/{name}")
+    nodes[1].ok("PUT", f"/projects/{project}/subscriptions/{watcher}", {"topic": f"projects/{project}/topics/{dead}"})
+    nodes[2].ok(
+        "PUT",
+        f"/projects/{project}/subscriptions/{sub}",
+        {
+            "topic": f"projects/{project}/topics/{topic}",
+            "ackDeadlineSeconds": 30,
+            "enableMessageOrdering": True,
+            "retryPolicy": {"minimumBackoff": "0s", "maximumBackoff": "0.2s"},
+            "deadLetterPolicy": {"deadLetterTopic": f"projects/{project}/topics/{dead}", "maxDeliveryAttempts": 5},
+        },
+    )
+    messages = [
+        {"data": b64(f"{k}/{i}"), "orderingKey": f"k{k}", "attributes": {"seq": str(i)}}
+        for i in range(per_key)
+        for k in range(keys)
+    ]
+    poison = [
+        {"data": b64(f"poison{p}"), "attributes": {"poison": "1"}, **({"orderingKey": f"k{p}"} if p % 2 else {})}
+        for p in range(poison_count)
+    ]
+    batch = messages[:500] + poison + messages[500:]
+    for start in range(0, len(batch), 100):
+        nodes[start // 100 % NODES].ok(
+            "POST", f"/projects/{project}/topics/{topic}:publish", {"messages": batch[start : start + 100]}
+        )
+    wanted = {f"{k}/{i}" for k in range(keys) for i in range(per_key)}
+    lock = threading.Lock()
+    acked: set[str] = set()
+    delivered: dict[str, list[int]] = {}  # key -> seq of each delivery, in the order pulls answered
+    errors: list[str] = []
+    done = threading.Event()
+
+    def consumer(index: int) -> None:
+        node = nodes[index % NODES]
+        rng = random.Random(index)
+        path = f"/projects/{project}/subscriptions/{sub}"
+        while not done.is_set():
+            r = node.request("POST", path + ":pull", {"maxMessages": 50, "returnImmediately": True})
+            if r.status_code != 200:
+                errors.append(f"pull {r.status_code} {r.text[:200]}")
+                return
+            received = r.json()["receivedMessages"]
+            if not received:
+                time.sleep(0.05)
+                continue
+            nacks, acks = [], []
+            with lock:
+                for m in received:
+                    text = base64.b64decode(m["message"]["data"]).decode()
+                    if m["message"].get("attributes", {}).get("poison"):
+                        nacks.append(m["ackId"])
+                        continue
+                    key, seq = text.split("/")
+                    delivered.setdefault(key, []).append(int(seq))
+                    if m["deliveryAttempt"] < 3 and rng.random() < 0.2:
+                        nacks.append(m["ackId"])
+                    else:
+                        acks.append((m["ackId"], text))
+            if nacks:
+                body = {"ackIds": nacks, "ackDeadlineSeconds": 0}
+                r = node.request("POST", path + ":modifyAckDeadline", body)
+                if r.status_code != 200:
+                    errors.append(f"nack {r.status_code} {r.text[:200]}")
+            if acks:
+                r = node.request("POST", path + ":acknowledge", {"ackIds": [a for a, _ in acks]})
+                if r.status_code != 200:
+                    errors.append(f"ack {r.status_code} {r.text[:200]}")
+                    return
+                with lock:
+                    acked.update(text for _, text in acks)
+
+    threads = [threading.Thread(target=consumer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    moved: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and not errors:
+            with lock:
+                finished = acked >= wanted
+            if finished and len(moved) >= poison_count:
+                break
+            got = nodes[0].ok(
+                "POST",
+                f"/projects/{project}/subscriptions/{watcher}:pull",
+                {"maxMessages": 100, "returnImmediately": True},
+            )["receivedMessages"]
+            moved += got
+            if got:
+                nodes[0].ok(
+                    "POST",
+                    f"/projects/{project}/subscriptions/{watcher}:acknowledge",
+                    {"ackIds": [m["ackId"] for m in got]},
+                )
+            time.sleep(0.2)
+    finally:
+        done.set()
+        for t in threads:
+            t.join(timeout=60)
+    assert errors == []
+    assert acked == wanted, f"{len(wanted - acked)} messages never acknowledged"
+    for key, seqs in delivered.items():  # in publish order; a message given back comes again first
+        assert seqs == sorted(seqs), (key, seqs)
+    texts = sorted(base64.b64decode(m["message"]["data"]).decode() for m in moved)
+    assert texts == sorted(f"poison{p}" for p in range(poison_count))
+    assert {m["message"]["attributes"]["CloudPubSubDeadLetterSourceDeliveryCount"] for m in moved} == {"5"}
+    offsets = nodes[1].ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")
+    assert offsets["current"] == offsets["max"] == len(batch)
+
+
+def test_exactly_once_holds_over_an_owner_killed_mid_stream(nodes, project, cluster, zk):
+    """After a kill -9 of the owner: what was acknowledged never comes again, what was out stays
+    with its consumer (its ack ids still work at the next owner) and nobody else gets it."""
+    topic, sub = unique("t"), unique("s")
+    nodes[0].ok("PUT", f"/projects/{project}/topics/{topic}")
+    nodes[1].ok(
+        "PUT",
+        f"/projects/{project}/subscriptions/{sub}",
+        {"topic": f"projects/{project}/topics/{topic}", "ackDeadlineSeconds": 600, "enableExactlyOnceDelivery": True},
+    )
+    payloads = [f"m{i}" for i in range(60)]
+    nodes[2].ok(
+        "POST", f"/projects/{project}/topics/{topic}:publish", {"messages": [{"data": b64(p)} for p in payloads]}
+    )
+    ids, first = pull(nodes[0], project, sub, 20)
+    assert first == payloads[:20]
+    path = f"/projects/{project}/subscriptions/{sub}:acknowledge"
+    nodes[1].ok("POST", path, {"ackIds": ids[:10]})  # answered: durable
+    owner = owner_of(zk, cluster, sub)
+    assert owner is not None
+    cluster_tool.kill_node(owner)
+    try:
+        other = nodes[owner % NODES]
+        _, after = pull(other, project, sub, 60)  # waits for the next owner
+        assert after == payloads[20:60]  # neither the acknowledged nor the outstanding ones
+        late = other.request("POST", path, {"ackIds": ids[10:]})  # the lease outlived its owner
+        assert late.status_code == 200, late.text
+        again = other.request("POST", path, {"ackIds": ids[:1]})  # acknowledged before the kill
+        assert again.status_code == 400
+        assert set(again.json()["error"]["ackIdErrors"]) == {ids[0]}
+        assert pull(other, project, sub, 60) == ([], [])
+    finally:
+        cluster_tool.start_node(owner, wait_lb=False)
