@@ -246,6 +246,10 @@ class Cursor:
     leases: list[Lease] = field(default_factory=list)
     acked: list[tuple[int, int]] = field(default_factory=list)  # [start, end) above offset
     retries: list[Retry] = field(default_factory=list)
+    #: Per-message subscriptions: deliveries made, by attempt (1, 2, 3, 4, 5 and more), and messages
+    #: handed to the dead-letter topic; counted where the cursor changes, so every node reads them.
+    deliveries: list[int] = field(default_factory=list)
+    dead_lettered: int = 0
     version: int = 0
     #: What the store that read this version needs to write the next one, opaque to everyone else
     #: (the MongoDB store's: which cursor, and when it was read); None for the embedded store. A
@@ -286,6 +290,8 @@ def cursor_from_doc(doc: dict[str, Any], version: int) -> Cursor:
         leases=[Lease(**lease) for lease in doc.get("leases", [])],
         acked=[_range(a) for a in doc.get("acked", [])],
         retries=[Retry(**retry) for retry in doc.get("retries", [])],
+        deliveries=[int(n) for n in doc.get("deliveries", [])],
+        dead_lettered=int(doc.get("dead_lettered", 0)),
         version=version,
     )
 
@@ -306,7 +312,24 @@ def cursor_to_doc(cursor: Cursor) -> dict[str, Any]:
     }
     if cursor.retries:
         doc["retries"] = [_lean(dataclasses.asdict(retry), Retry) for retry in cursor.retries]
+    if cursor.deliveries:
+        doc["deliveries"] = list(cursor.deliveries)
+    if cursor.dead_lettered:
+        doc["dead_lettered"] = cursor.dead_lettered
     return doc
+
+
+def snapshot_to_doc(snapshot: Snapshot) -> dict[str, Any]:
+    """A snapshot as both metadata stores keep it: its acked ranges as objects, like a cursor's."""
+    doc = dataclasses.asdict(snapshot)
+    doc["acked"] = [{"start": start, "end": end} for start, end in snapshot.acked]
+    return doc
+
+
+def snapshot_from_doc(doc: dict[str, Any]) -> Snapshot:
+    doc = dict(doc)
+    doc["acked"] = [_range(a) for a in doc.get("acked", [])]
+    return Snapshot(**doc)
 
 
 def _lean(doc: dict[str, Any], kind: type) -> dict[str, Any]:

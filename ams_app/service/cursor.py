@@ -37,6 +37,7 @@ def _copy(cursor: Cursor) -> Cursor:
         leases=[dataclasses.replace(lease) for lease in cursor.leases],
         acked=list(cursor.acked),
         retries=[dataclasses.replace(retry) for retry in cursor.retries],
+        deliveries=list(cursor.deliveries),
     )
 
 

@@ -304,7 +304,21 @@ def finish(
     c.retries = _merged([*c.retries, *back])
     if turned_away:
         c = _settle_acks(c, turned_away)
+    _count(c, delivered)
     return c, delivered
+
+
+#: Buckets of ``Cursor.deliveries``: attempts 1 to 4, then 5 and more.
+ATTEMPT_BUCKETS = ("1", "2", "3", "4", "5+")
+
+
+def _count(c: Cursor, delivered: list[tuple[int, int]]) -> None:
+    if not delivered:
+        return
+    counts = (c.deliveries + [0] * len(ATTEMPT_BUCKETS))[: len(ATTEMPT_BUCKETS)]
+    for _, attempt in delivered:
+        counts[min(attempt, len(ATTEMPT_BUCKETS)) - 1] += 1
+    c.deliveries = counts
 
 
 # --- acks and deadlines ----------------------------------------------------------------------------
@@ -390,7 +404,40 @@ def take_dead(cursor: Cursor, now_ns: int, policy: Policy) -> tuple[Cursor | Non
 
 def handed_off(cursor: Cursor, offsets: Iterable[int]) -> Cursor:
     """The messages published to the dead-letter topic are acknowledged on their subscription."""
-    return _settle_acks(_copy(cursor), offsets)
+    c = _copy(cursor)
+    moved = [m for m in set(offsets) if not _acked(c, m)]
+    c.dead_lettered += len(moved)
+    return _settle_acks(c, moved)
+
+
+# --- what the metrics show ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Backlog:
+    """A subscription's messages not yet acknowledged, by state (docs/monitoring.md)."""
+
+    total: int  # not acknowledged
+    leased: int  # out with a consumer, within their deadline
+    given_back: int  # nacked or late, waiting to go again (or, out of attempts, to be dead-lettered)
+    first: int  # the offset of the oldest not acknowledged (when total > 0)
+
+    @property
+    def undelivered(self) -> int:
+        """Never delivered yet."""
+        return max(0, self.total - self.leased - self.given_back)
+
+
+def backlog(cursor: Cursor, low: int, high: int, now_ns: int) -> Backlog:
+    first = max(cursor.offset, low)
+
+    def within(start: int, end: int) -> int:
+        return max(0, min(end, high) - max(start, first))
+
+    acked = sum(within(s, e) for s, e in cursor.acked)
+    total = max(0, high - first - acked)
+    leased = sum(within(lease.start, lease.end) for lease in cursor.leases if not expired(lease, now_ns))
+    given_back = sum(within(r.start, r.end) for r in cursor.retries)
+    given_back += sum(within(lease.start, lease.end) for lease in cursor.leases if expired(lease, now_ns))
+    return Backlog(total, min(leased, total), min(given_back, total), first)
 
 
 def offsets_of(items: Iterable[Lease | Retry]) -> Iterator[int]:

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ams_app.service import cursor as cur
+from ams_app.service import delivery as dl
 from ams_app.service.base import topic_key
 
 if TYPE_CHECKING:
     from ams_app.backends.log import MessageLog
     from ams_app.backends.store import MetadataStore
-    from ams_app.models import Project, Subscription
+    from ams_app.models import Cursor, Project, Subscription
     from ams_app.service.usage import UsageCounters
 
 log = logging.getLogger("ams")
@@ -47,9 +47,16 @@ _PAGE = 1000
 class SubState:
     project: Project
     sub: Subscription
-    backlog: int  # messages not acknowledged (leased or not)
-    leased: int  # of those, leased to a consumer now
-    first_unacked: int  # its offset, when backlog > 0
+    counts: dl.Backlog  # its messages not acknowledged, by state
+    cursor: Cursor
+
+    @property
+    def backlog(self) -> int:
+        return self.counts.total
+
+    @property
+    def first_unacked(self) -> int:
+        return self.counts.first
 
 
 class ServiceFigures(Collector):
@@ -147,16 +154,42 @@ class ServiceFigures(Collector):
             "Age of the subscription's oldest unacknowledged message (0 with no backlog).",
             labels=["project", "subscription"],
         )
+        undelivered = GaugeMetricFamily(
+            "ams_subscription_undelivered_messages",
+            "Messages of the subscription's backlog never delivered yet.",
+            labels=["project", "subscription"],
+        )
+        deliveries = CounterMetricFamily(
+            "ams_subscription_deliveries",
+            "Deliveries by a per-message subscription (docs/delivery.md), by attempt: 1 to 4, then 5+.",
+            labels=["project", "subscription", "attempt"],
+        )
+        dead_lettered = CounterMetricFamily(
+            "ams_subscription_dead_lettered_messages",
+            "Messages a subscription with a dead-letter topic published there after their last attempt.",
+            labels=["project", "subscription"],
+        )
         now_ns = time.time_ns()
         oldest_per_project: dict[str, float] = {}
         for state in shown_states:
             labels = [state.project.name, state.sub.name]
             backlog.add_metric(labels, state.backlog)
-            leased.add_metric(labels, state.leased)
+            leased.add_metric(labels, state.counts.leased)
+            undelivered.add_metric(labels, state.counts.undelivered)
+            if state.sub.per_message:
+                counts = (state.cursor.deliveries + [0] * len(dl.ATTEMPT_BUCKETS))[: len(dl.ATTEMPT_BUCKETS)]
+                for bucket, n in zip(dl.ATTEMPT_BUCKETS, counts, strict=True):
+                    deliveries.add_metric([*labels, bucket], n)
+            if state.sub.dead_letter:
+                dead_lettered.add_metric(labels, state.cursor.dead_lettered)
             seconds = self._age(state, now_ns)
             age.add_metric(labels, seconds)
             oldest_per_project[state.project.name] = max(oldest_per_project.get(state.project.name, 0.0), seconds)
-        for family in ("ams_subscription_backlog_messages", "ams_subscription_oldest_unacked_age_seconds"):
+        for family in (
+            "ams_subscription_backlog_messages",
+            "ams_subscription_oldest_unacked_age_seconds",
+            "ams_subscription_undelivered_messages",
+        ):
             omitted.add_metric([family], len(states) - len(shown_states))
         project_backlog = GaugeMetricFamily(
             "ams_project_backlog_messages",
@@ -171,7 +204,8 @@ class ServiceFigures(Collector):
             project_backlog.add_metric([name], per_project_backlog[name])
             project_subs.add_metric([name], subs_per_project[name])
             project_topics.add_metric([name], topics_per_project.get(name, 0))
-        out += [backlog, leased, age, project_backlog, project_subs, project_topics, omitted]
+        out += [backlog, leased, age, undelivered, deliveries, dead_lettered]
+        out += [project_backlog, project_subs, project_topics, omitted]
         return out
 
     def _states(self, projects: list[Project]) -> tuple[list[SubState], dict[str, int]]:
@@ -197,12 +231,7 @@ class ServiceFigures(Collector):
                     if cursor is None:
                         continue
                     low, high = bounds[key]
-                    first = max(cursor.offset, low)
-                    acked = sum(max(0, min(e, high) - max(s, first)) for s, e in cursor.acked)
-                    waiting = max(0, high - first - acked)
-                    live = [lease for lease in cursor.leases if not cur.expired(lease, now_ns)]
-                    in_lease = sum(max(0, min(lease.end, high) - max(lease.start, first)) for lease in live)
-                    states.append(SubState(project, sub, waiting, min(in_lease, waiting), first))
+                    states.append(SubState(project, sub, dl.backlog(cursor, low, high, now_ns), cursor))
                 token = page.next_page_token
                 if not token:
                     break

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from ams_app.auth import CONSUMER, METRICS_VIEWER, PROJECT_ADMIN, PUBLISHER, Caller
 from ams_app.errors import AmsError
 from ams_app.models import Project, Subscription
-from ams_app.service.base import ServiceBase
+from ams_app.service import delivery as dl
+from ams_app.service.base import ServiceBase, topic_key
 from ams_app.service.usage import UsageCounters
 from ams_app.telemetry import Telemetry
 
@@ -28,9 +29,16 @@ _STARTED = (time.monotonic(), sum(os.times()[:2]))
 
 
 def metric(
-    name: str, kind: str, value_type: str, resource_type: str, resource: str, points: list[tuple[str, Any]], text: str
+    name: str,
+    kind: str,
+    value_type: str,
+    resource_type: str,
+    resource: str,
+    points: list[tuple[str, Any]],
+    text: str,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "metric": name,
         "metric_type": kind,
         "value_type": value_type,
@@ -39,6 +47,9 @@ def metric(
         "timeseries": [{"timestamp": t, "value": v} for t, v in points],
         "description": text,
     }
+    if labels:
+        out["labels"] = labels
+    return out
 
 
 def node_sample() -> tuple[float, float]:
@@ -218,7 +229,73 @@ class MetricsOps(ServiceBase):
                 "Counter that displays the number of messages not yet acknowledged "
                 "(the topic's end minus the subscription's offset)",
             ),
+            *self._delivery_metrics(project, sub, now),
         ]
+
+    def _delivery_metrics(self, project: Project, sub: Subscription, now: str) -> list[dict[str, Any]]:
+        """The consumer side by state (docs/delivery.md, docs/monitoring.md): never delivered, the
+        age of the oldest not acknowledged; on per-message subscriptions deliveries by attempt and
+        messages dead-lettered. Read from the stored cursor (an owner writes it behind its acks)."""
+        key = topic_key(project, sub.topic)
+        low, high = self.log.bounds(key)
+        cursor = self.store.get_cursor(project.uuid, sub.name)
+        if cursor is None:
+            raise AmsError.not_found("Subscription")
+        now_ns = time.time_ns()
+        counts = dl.backlog(cursor, low, high, now_ns)
+        age = 0.0
+        if counts.total > 0:
+            oldest = self.log.peek(key, counts.first)
+            age = max(0.0, (now_ns - oldest.publish_ns) / 1e9) if oldest is not None else 0.0
+        name = sub.name
+        out = [
+            metric(
+                "subscription.undelivered_messages",
+                "gauge",
+                "int64",
+                "subscription",
+                name,
+                [(now, counts.undelivered)],
+                "Gauge of the messages not yet acknowledged that were never delivered",
+            ),
+            metric(
+                "subscription.oldest_unacked_message_age",
+                "gauge",
+                "float64",
+                "subscription",
+                name,
+                [(now, round(age, 3))],
+                "Gauge of the age in seconds of the oldest message not yet acknowledged (0 with none)",
+            ),
+        ]
+        if sub.per_message:
+            buckets = (cursor.deliveries + [0] * len(dl.ATTEMPT_BUCKETS))[: len(dl.ATTEMPT_BUCKETS)]
+            for bucket, n in zip(dl.ATTEMPT_BUCKETS, buckets, strict=True):
+                out.append(
+                    metric(
+                        "subscription.deliveries",
+                        "counter",
+                        "int64",
+                        "subscription",
+                        name,
+                        [(now, n)],
+                        "Counter of the deliveries made whose attempt is the label's (5+: five and more)",
+                        {"attempt": bucket},
+                    )
+                )
+        if sub.dead_letter:
+            out.append(
+                metric(
+                    "subscription.dead_lettered_messages",
+                    "counter",
+                    "int64",
+                    "subscription",
+                    name,
+                    [(now, cursor.dead_lettered)],
+                    "Counter of the messages published to the dead-letter topic after their last attempt",
+                )
+            )
+        return out
 
     def project_metrics(self, project: Project) -> list[dict[str, Any]]:
         now = zulu_seconds(time.time_ns())

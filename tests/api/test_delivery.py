@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers import Api, b64, error_of, unique
+from tests.helpers import Api, b64, error_of, sample, unique
 
 pytestmark = pytest.mark.inprocess  # the rules: in-process on the embedded backend (tests/inprocess.py)
 
@@ -271,3 +271,39 @@ def test_per_message_fields_are_for_pull_subscriptions(api: Api, project: str, t
     r = api.post(f"/projects/{project}/subscriptions/{sub}:modifyPushConfig", push)
     assert r.status_code == 400
     assert "pull subscriptions only" in error_of(r)["message"]
+
+
+# --- metrics ---------------------------------------------------------------------------------------
+def test_metrics_show_undelivered_messages_deliveries_by_attempt_and_dead_letters(
+    api: Api, project: str, topic: str
+) -> None:
+    dead = unique("dead")
+    api.ok("PUT", f"/projects/{project}/topics/{dead}")
+    policy = {"deadLetterTopic": f"projects/{project}/topics/{dead}", "maxDeliveryAttempts": 5}
+    sub = make_sub(api, project, topic, deadLetterPolicy=policy)
+    api.publish(project, topic, "poison", "a", "b", "c")
+    for _ in range(5):
+        got = api.pull(project, sub, 1)
+        assert text(got[0]) == "poison"
+        modack(api, project, sub, [got[0]["ackId"]], 0)
+    assert [text(m) for m in api.pull(project, sub, 1)] == ["a"]  # and the poison is handed off
+
+    def figures() -> dict[tuple[str, str], int | float]:
+        found = api.ok("GET", f"/projects/{project}/subscriptions/{sub}:metrics")["metrics"]
+        return {(m["metric"], m.get("labels", {}).get("attempt", "")): m["timeseries"][0]["value"] for m in found}
+
+    shown = figures()
+    assert shown[("subscription.undelivered_messages", "")] == 2  # b and c; a is out
+    assert shown[("subscription.oldest_unacked_message_age", "")] >= 0
+    attempts = {bucket: shown[("subscription.deliveries", bucket)] for bucket in ("1", "2", "3", "4", "5+")}
+    assert attempts == {"1": 2, "2": 1, "3": 1, "4": 1, "5+": 1}
+    assert shown[("subscription.dead_lettered_messages", "")] == 1
+    plain = make_sub(api, project, topic)
+    names = {m["metric"] for m in api.ok("GET", f"/projects/{project}/subscriptions/{plain}:metrics")["metrics"]}
+    assert "subscription.deliveries" not in names
+    assert "subscription.undelivered_messages" in names
+    page = api.scrape()
+    labels = {"project": project, "subscription": sub}
+    assert sample(page, "ams_subscription_dead_lettered_messages_total", **labels) == 1
+    assert sample(page, "ams_subscription_deliveries_total", attempt="5+", **labels) == 1
+    assert sample(page, "ams_subscription_undelivered_messages", **labels) == 2
