@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from flask import Flask, Response, request
 from pymongo.errors import ConnectionFailure, OperationFailure
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from werkzeug.http import HTTP_STATUS_CODES
 
-from ams_app.api.forward import forward
 from ams_app.api.pipeline import JSON_TYPE
 from ams_app.backends.errors import BackendUnavailable, MessageTooLarge
 from ams_app.errors import AmsError
-from ams_app.service.owner import ForwardTo
+from ams_app.service.owner import ForwardTo, moved
 
 _STATUS = {
     400: "BAD_REQUEST",
@@ -36,6 +36,9 @@ _CORS = {
 }
 
 
+log = logging.getLogger("ams")
+
+
 def render(error: AmsError) -> Response:
     return Response(json.dumps(error.envelope()), status=error.code, content_type=JSON_TYPE)
 
@@ -46,13 +49,11 @@ def register_error_handlers(app: Flask) -> None:
         return render(error)
 
     @app.errorhandler(ForwardTo)
-    def _forward(target: ForwardTo) -> Response:
-        try:
-            return forward(target)
-        except AmsError as error:
-            return render(error)
-        except Exception as error:  # the request served here after its owner was lost: as any request's
-            return app.make_response(app.handle_user_exception(error))
+    def _not_owned(target: ForwardTo) -> Response:
+        # A route that reaches a subscription's cursor is declared owned (ams_app/api/pipeline.py)
+        # and forwards; one that is not, and meets another node's claim, answers as ownership moving.
+        log.error("route %s met the owner of %s without being an owned route", request.endpoint, target.key)
+        return render(moved())
 
     @app.errorhandler(HTTPException)
     def _http(error: HTTPException) -> Response:

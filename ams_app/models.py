@@ -149,6 +149,7 @@ class Subscription:
     filter: str = ""
     ordered: bool = False  # enableMessageOrdering
     exactly_once: bool = False  # enableExactlyOnceDelivery
+    retain_acked: bool = False  # retainAckedMessages (the log keeps acknowledged messages anyway)
 
     @property
     def retry_policy(self) -> bool:

@@ -9,18 +9,22 @@ and the request is then served as if it had just come in; one that answers too s
 from __future__ import annotations
 
 import logging
-from typing import cast
+from collections.abc import Callable
 
 import urllib3
-from flask import Response, current_app, request
+from flask import Response, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from ams_app.api.pipeline import FORWARDED_HEADER as HEADER
-from ams_app.api.pipeline import service
 from ams_app.errors import AmsError
+from ams_app.models import subscription_key
+from ams_app.service.core import AmsService
 from ams_app.service.owner import ForwardTo, moved
+from ams_app.service.validation import valid_name
 
 log = logging.getLogger("ams.owner")
+
+#: The header a forwarded request carries; a request with it is never forwarded again.
+HEADER = "X-Ams-Forwarded-By"
 
 _PASSED = ("x-api-key", "authorization", "content-type", "accept")
 _pools: dict[str, urllib3.PoolManager] = {}
@@ -36,12 +40,42 @@ _OWNER_CHANGES = 3
 _UNREACHABLE = (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.ProtocolError)
 
 
-def forward(target: ForwardTo) -> Response:
+def owner_elsewhere(svc: AmsService, view_args: dict[str, str]) -> ForwardTo | None:
+    """Where to send the request when another node owns its subscription, found before anything
+    else is looked up here: the owner authenticates the request and answers it. Anything unusual
+    (no such project, a bad name, no owner yet) is left to the normal checks, which give their
+    answers."""
+    if svc.owners is None or request.headers.get(HEADER):
+        return None
+    project_name, sub_name = view_args.get("project", ""), view_args.get("subscription", "")
+    if not (valid_name(project_name) and valid_name(sub_name)):
+        return None
+    project = svc.find_project_named(project_name)
+    if project is None:
+        return None
+    key = subscription_key(project.uuid, sub_name)
+    url = svc.owners.elsewhere(key)
+    return ForwardTo(url, key) if url is not None else None
+
+
+def serve_owned(svc: AmsService, serve: Callable[[], Response], view_args: dict[str, str]) -> Response:
+    """An owned route (ams_app/api/pipeline.py ``add_route``): at the subscription's owner. Sent
+    there when ZooKeeper names another node now, or when serving it here finds that another node
+    claimed it meanwhile (the service raises ForwardTo from its hold on the subscription)."""
+    target = owner_elsewhere(svc, view_args)
+    if target is not None:
+        return forward(svc, target, serve)
+    try:
+        return serve()
+    except ForwardTo as found:
+        return forward(svc, found, serve)
+
+
+def forward(svc: AmsService, target: ForwardTo, serve_here: Callable[[], Response]) -> Response:
     """The owner's answer to this request. An owner that cannot be reached (its node died, or is
     stopping) still holds its claim until ZooKeeper ends its session: the request waits for that,
-    then is served as if it had just come in (here, by claiming the subscription, or by the next
-    owner), instead of answering 503 while ownership moves."""
-    svc = service()
+    then is served as if it had just come in (``serve_here``: by claiming the subscription, or it
+    raises ForwardTo for the next owner), instead of answering 503 while ownership moves."""
     if request.headers.get(HEADER):
         # the node that sent it here thinks we own it, we think another does: ownership is moving
         raise moved()
@@ -51,21 +85,20 @@ def forward(target: ForwardTo) -> Response:
         raise AmsError.too_large("Request body is too large") from exc
     for _ in range(_OWNER_CHANGES):
         try:
-            return _send(target, data)
+            return _send(svc, target, data)
         except _UNREACHABLE as exc:
             log.warning("owner: forwarding to %s failed: %s", target.url, exc)
             if svc.owners is None or not svc.owners.wait_for_release(target.key, target.url):
                 raise moved() from exc
         try:  # served here as any request is: it claims the subscription, or forwards again
-            view = current_app.view_functions[str(request.endpoint)]
-            return cast(Response, view(**(request.view_args or {})))  # add_route's views answer Responses
+            return serve_here()
         except ForwardTo as again:
             target = again
     raise moved()
 
 
-def _send(target: ForwardTo, data: bytes) -> Response:
-    settings = service().settings
+def _send(svc: AmsService, target: ForwardTo, data: bytes) -> Response:
+    settings = svc.settings
     headers = {name: value for name, value in request.headers.items() if name.lower() in _PASSED}
     headers[HEADER] = settings.node_name or settings.node_url
     url = target.url + request.full_path.rstrip("?")
@@ -87,7 +120,7 @@ def _send(target: ForwardTo, data: bytes) -> Response:
     except urllib3.exceptions.HTTPError as exc:
         # an owner that answers too slowly (it may be fine), or whose certificate is refused
         log.warning("owner: forwarding to %s failed: %s", target.url, exc)
-        owners = service().owners
+        owners = svc.owners
         if owners is not None:
             owners.unreachable(target.key)
         raise moved() from exc

@@ -52,6 +52,12 @@ def topics_metrics(ctx: Ctx, project: str, topic: str) -> Response:
     return ok({"metrics": ctx.svc.topic_metrics(ctx.caller, ctx.proj, topic)})
 
 
-@add_route(SUBSCRIPTION + ":metrics", "subscriptions:metrics", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER))
+@add_route(
+    SUBSCRIPTION + ":metrics",
+    "subscriptions:metrics",
+    "GET",
+    roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER),
+    owned=True,  # its owner knows the leases and deliveries it has not written yet
+)
 def subs_metrics(ctx: Ctx, project: str, subscription: str) -> Response:
     return ok({"metrics": ctx.svc.subscription_metrics(ctx.caller, ctx.proj, subscription)})

@@ -12,12 +12,12 @@ from flask import Blueprint, Response, current_app, request
 from werkzeug.routing import BaseConverter
 
 from ams_app import auth, jsoncodec
+from ams_app.api.forward import serve_owned
 from ams_app.auth import Caller
 from ams_app.backends.store import Page
 from ams_app.errors import AmsError
-from ams_app.models import Project, subscription_key
+from ams_app.models import Project
 from ams_app.service.core import AmsService
-from ams_app.service.owner import ForwardTo
 from ams_app.service.validation import valid_name
 from ams_app.timeutil import now_ns
 
@@ -37,6 +37,7 @@ PROJECT = "/projects/<name:project>"
 TOPIC = PROJECT + "/topics/<name:topic>"
 SUBSCRIPTION = PROJECT + "/subscriptions/<name:subscription>"
 SCHEMA = PROJECT + "/schemas/<name:schema>"
+SNAPSHOT = PROJECT + "/snapshots/<name:snapshot>"
 MEMBER = PROJECT + "/members/<name:user>"
 USER = "/users/<name:user>"
 REGISTRATION = "/registrations/<name:uuid>"
@@ -161,31 +162,9 @@ def received_ns() -> int:
     return int(request.environ.get(_RECEIVED_AT) or now_ns())
 
 
-#: Routes that change a subscription's cursor: with consume_owner, served by its owner.
-OWNED_ROUTES = frozenset(
-    {"subscriptions:pull", "subscriptions:acknowledge", "subscriptions:offsets", "subscriptions:modifyOffset"}
-)
-#: The header a forwarded request carries (ams_app/api/forward.py).
-FORWARDED_HEADER = "X-Ams-Forwarded-By"
-
-
-def forward_early(view_args: dict[str, str]) -> None:
-    """Raise ForwardTo when another node owns the subscription, before anything else is looked
-    up here: the owner authenticates the request and answers it. Anything unusual (no such
-    project, a bad name, no owner yet) is left to the normal checks, which give their answers."""
-    svc = service()
-    if svc.owners is None or request.headers.get(FORWARDED_HEADER):
-        return
-    project_name, sub_name = view_args.get("project", ""), view_args.get("subscription", "")
-    if not (valid_name(project_name) and valid_name(sub_name)):
-        return
-    project = svc.find_project_named(project_name)
-    if project is None:
-        return
-    key = subscription_key(project.uuid, sub_name)
-    url = svc.owners.elsewhere(key)
-    if url is not None:
-        raise ForwardTo(url, key)
+#: Routes that change a subscription's cursor, as their declarations say (``add_route``'s
+#: ``owned``): with consume_owner, served by the subscription's owner (ams_app/api/forward.py).
+OWNED_ROUTES: set[str] = set()
 
 
 def _check_new(route: str) -> None:
@@ -194,26 +173,33 @@ def _check_new(route: str) -> None:
 
 
 def add_route(
-    rule: str, route: str, method: str, *, roles: tuple[str, ...]
+    rule: str, route: str, method: str, *, roles: tuple[str, ...], owned: bool = False
 ) -> Callable[[Callable[..., Response]], Any]:
     """Register ``handler(ctx, **view_args)`` behind the auth pipeline as ``route``, callable by
     users with one of ``roles`` in the URL's project (or as a service role) and by the service
-    token."""
+    token. ``owned``: the route changes its subscription's cursor, and with consume_owner it is
+    served by the subscription's owner (ams_app/api/forward.py)."""
     unknown = set(roles) - auth.VALID_ROLES
     if not roles or unknown:
         raise ValueError(f"route {route}: roles must be some of auth.VALID_ROLES, not {sorted(unknown) or 'none'}")
+    if owned and SUBSCRIPTION not in rule:
+        raise ValueError(f"route {route}: only a subscription's route can be owned")
     _check_new(route)
     allowed = ROUTE_ROLES[route] = frozenset(roles)
+    if owned:
+        OWNED_ROUTES.add(route)
 
     def register(handler: Callable[..., Response]) -> Callable[..., Response]:
         def view(**view_args: str) -> Response:
             request.environ.setdefault(_RECEIVED_AT, now_ns())  # kept when served again after a wait
             metadata = service().metadata
-            with metadata.view() if metadata is not None else contextlib.nullcontext():
-                if route in OWNED_ROUTES:
-                    forward_early(view_args)
+
+            def serve() -> Response:
                 ctx = authenticate(route, allowed, view_args)
                 return handler(ctx, **view_args)
+
+            with metadata.view() if metadata is not None else contextlib.nullcontext():
+                return serve_owned(service(), serve, view_args) if owned else serve()
 
         v1.add_url_rule(rule, endpoint=route, view_func=view, methods=[method])
         return handler

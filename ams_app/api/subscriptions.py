@@ -57,7 +57,11 @@ def subs_delete(ctx: Ctx, project: str, subscription: str) -> Response:
 
 
 @add_route(
-    SUBSCRIPTION + ":pull", "subscriptions:pull", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER, PUSH_WORKER)
+    SUBSCRIPTION + ":pull",
+    "subscriptions:pull",
+    "POST",
+    roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER, PUSH_WORKER),
+    owned=True,
 )
 def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
     found = ctx.svc.subscription_to_pull(ctx.caller, ctx.proj, subscription)  # 404, 403, 409 first
@@ -70,6 +74,7 @@ def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
     "subscriptions:acknowledge",
     "POST",
     roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER, PUSH_WORKER),
+    owned=True,
 )
 def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
     found = ctx.svc.subscription(ctx.proj, subscription)
@@ -83,6 +88,7 @@ def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
     "subscriptions:modifyAckDeadline",
     "POST",
     roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER),
+    owned=True,
 )
 def subs_modify_deadline(ctx: Ctx, project: str, subscription: str) -> Response:
     change = requests.ack_deadline(body(), ctx.proj.name, subscription)
@@ -109,13 +115,23 @@ def subs_verify_push(ctx: Ctx, project: str, subscription: str) -> Response:
     return empty()
 
 
-@add_route(SUBSCRIPTION + ":offsets", "subscriptions:offsets", "GET", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER))
+@add_route(
+    SUBSCRIPTION + ":offsets",
+    "subscriptions:offsets",
+    "GET",
+    roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER),
+    owned=True,
+)
 def subs_offsets(ctx: Ctx, project: str, subscription: str) -> Response:
     return ok(ctx.svc.offsets(ctx.proj, subscription))
 
 
 @add_route(
-    SUBSCRIPTION + ":modifyOffset", "subscriptions:modifyOffset", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER)
+    SUBSCRIPTION + ":modifyOffset",
+    "subscriptions:modifyOffset",
+    "POST",
+    roles=(SERVICE_ADMIN, PROJECT_ADMIN, CONSUMER),
+    owned=True,
 )
 def subs_modify_offset(ctx: Ctx, project: str, subscription: str) -> Response:
     ctx.svc.modify_offset(ctx.proj, subscription, requests.offset(body()))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ams_app.models import Project, Registration, Schema, Subscription, Topic, User
+from ams_app.models import Project, Registration, Schema, Snapshot, Subscription, Topic, User
 from ams_app.service.subscriptions import Delivery
 from ams_app.timeutil import zulu_seconds
 from ams_app.wire import message_json
@@ -149,7 +149,18 @@ def delivery_policy_view(project: Project, sub: Subscription) -> dict[str, Any]:
         out["enableMessageOrdering"] = True
     if sub.exactly_once:
         out["enableExactlyOnceDelivery"] = True
+    if sub.retain_acked:
+        out["retainAckedMessages"] = True
     return out
+
+
+def snapshot_view(project: Project, snapshot: Snapshot) -> dict[str, Any]:
+    return {
+        "name": f"projects/{project.name}/snapshots/{snapshot.name}",
+        "topic": f"projects/{project.name}/topics/{snapshot.topic}",
+        "subscription": f"projects/{project.name}/subscriptions/{snapshot.subscription}",
+        "expireTime": zulu_seconds(snapshot.expire_ns),
+    }
 
 
 def delivery_view(delivery: Delivery) -> dict[str, Any]:

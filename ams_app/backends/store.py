@@ -1,4 +1,6 @@
-"""MetadataStore: projects, users, topics, subscriptions and their cursors."""
+"""MetadataStore: projects, users, topics, subscriptions and their cursors; SnapshotStore: the
+subscriptions' snapshots. Storage is split by job: each job a Protocol of its own, which every
+store class implements."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from ams_app.models import (
     Registration,
     Schema,
     ServiceType,
+    Snapshot,
     Subscription,
     Topic,
     Usage,
@@ -120,7 +123,8 @@ class MetadataStore(Protocol):
     def list_projects(self) -> list[Project]: ...
     def update_project(self, project: Project) -> bool: ...
     def delete_project(self, uuid: str) -> list[str]:
-        """Delete the project, its topics, subscriptions and memberships; return topic names."""
+        """Delete the project, its topics, subscriptions, snapshots (SnapshotStore) and
+        memberships; return topic names."""
         ...
 
     # users
@@ -270,4 +274,32 @@ class MetadataStore(Protocol):
     def get_cursor(self, project_uuid: str, name: str) -> Cursor | None: ...
     def swap_cursor(self, project_uuid: str, name: str, cursor: Cursor) -> bool:
         """Store ``cursor`` if the stored version still equals ``cursor.version``."""
+        ...
+
+
+class SnapshotStore(Protocol):
+    """Snapshots of subscriptions (models.Snapshot), named per project. Not a part of MetadataStore,
+    but both store classes implement it too; ``MetadataStore.delete_project`` deletes a project's
+    snapshots with it. Every call is atomic."""
+
+    def create_snapshot(self, snapshot: Snapshot) -> bool:
+        """False: the project has a snapshot of that name."""
+        ...
+
+    def get_snapshot(self, project_uuid: str, name: str) -> Snapshot | None:
+        """The project's snapshot of that name; None when there is none."""
+        ...
+
+    def delete_snapshot(self, project_uuid: str, name: str) -> bool:
+        """False: there was none of that name."""
+        ...
+
+    def list_snapshots(self, project_uuid: str, page_size: int, page_token: str) -> Page[Snapshot]:
+        """The project's snapshots, newest first, paged as ``list_topics`` (``page_of``; 0: all of
+        them); ``total_size`` counts all of the project's. InvalidPageToken: a token this store did
+        not make."""
+        ...
+
+    def snapshots_of_subscription(self, project_uuid: str, subscription: str) -> list[str]:
+        """The names of the project's snapshots taken of ``subscription``, newest first."""
         ...

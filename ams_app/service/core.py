@@ -22,6 +22,7 @@ from ams_app.service.metacache import MetadataCache
 from ams_app.service.metrics import MetricsOps
 from ams_app.service.projects import ProjectOps
 from ams_app.service.registrations import RegistrationOps
+from ams_app.service.snapshots import SnapshotOps
 from ams_app.service.subscriptions import SubscriptionOps
 from ams_app.service.topics import TopicOps
 from ams_app.service.usage import UsageCounters
@@ -33,7 +34,7 @@ _HEALTH_TIMEOUT = 5.0
 logger = logging.getLogger("ams")  # not "log": self.log is the message log
 
 
-class AmsService(ProjectOps, TopicOps, SubscriptionOps, RegistrationOps, MetricsOps):  # each a ServiceBase
+class AmsService(ProjectOps, TopicOps, SubscriptionOps, SnapshotOps, RegistrationOps, MetricsOps):  # each a ServiceBase
     def __init__(self, settings: Settings, store: MetadataStore, log: MessageLog) -> None:
         self.settings = settings
         self._ordered_pulls: dict[str, Semaphore] = {}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ams_app.auth import CONSUMER, METRICS_VIEWER, PROJECT_ADMIN, PUBLISHER, Caller
 from ams_app.errors import AmsError
-from ams_app.models import Project, Subscription
+from ams_app.models import Cursor, Project, Subscription
 from ams_app.service import delivery as dl
 from ams_app.service.base import ServiceBase, topic_key
 from ams_app.service.usage import UsageCounters
@@ -235,12 +235,10 @@ class MetricsOps(ServiceBase):
     def _delivery_metrics(self, project: Project, sub: Subscription, now: str) -> list[dict[str, Any]]:
         """The consumer side by state (docs/delivery.md, docs/monitoring.md): never delivered, the
         age of the oldest not acknowledged; on per-message subscriptions deliveries by attempt and
-        messages dead-lettered. Read from the stored cursor (an owner writes it behind its acks)."""
+        messages dead-lettered. Read where the cursor is kept: at its owner, in memory."""
         key = topic_key(project, sub.topic)
         low, high = self.log.bounds(key)
-        cursor = self.store.get_cursor(project.uuid, sub.name)
-        if cursor is None:
-            raise AmsError.not_found("Subscription")
+        cursor: Cursor = self._cursor_op(project, sub, lambda c: (None, c), durable=False)
         now_ns = time.time_ns()
         counts = dl.backlog(cursor, low, high, now_ns)
         age = 0.0

@@ -25,6 +25,7 @@ from ams_app.service import filters, push_config, schema_check
 from ams_app.service.push_config import PushRequest
 from ams_app.service.validation import as_object, opt_bool, opt_int, opt_str, opt_str_list, valid_name
 from ams_app.settings import Settings
+from ams_app.timeutil import parse_iso8601_ns
 
 _BAD_MESSAGE = AmsError.invalid_argument("Message")
 _BAD_SUB = AmsError.invalid_argument("Subscription")
@@ -171,6 +172,7 @@ class NewSubscription:
     filter: str = ""  # checked by ams_app/service/filters.py
     ordered: bool = False
     exactly_once: bool = False
+    retain_acked: bool = False
 
 
 def _deadline(body: dict[str, Any]) -> int | None:
@@ -236,8 +238,9 @@ def new_subscription(raw: Any, project_name: str) -> NewSubscription:
     topic = topic_ref(project_name, opt_str(body, "topic", _BAD_SUB) or "")
     deadline = _deadline(body)
     push = push_config.read(body.get("pushConfig"))
-    if body.get("retainAckedMessages") is not None:
-        raise _not_yet("retainAckedMessages")
+    retain_acked = bool(
+        opt_bool(body, "retainAckedMessages", AmsError.invalid_data("retainAckedMessages must be a boolean"))
+    )
     if body.get("messageRetentionDuration") is not None:
         raise _not_yet("messageRetentionDuration")
     filter_text = opt_str(body, "filter", AmsError.invalid_data("filter must be a string")) or ""
@@ -263,6 +266,7 @@ def new_subscription(raw: Any, project_name: str) -> NewSubscription:
         filter_text,
         ordered,
         exactly_once,
+        retain_acked,
     )
     if push is not None and push.type and per_message(new):
         raise AmsError.invalid_data(PUSH_PER_MESSAGE)
@@ -348,6 +352,47 @@ def offset(raw: Any) -> int:
     if found is None:
         raise _BAD_OFFSET
     return found
+
+
+# --- snapshots and seek ------------------------------------------------------------------------
+def snapshot_source(raw: Any, project_name: str) -> str:
+    """A snapshot's create body: the name of the subscription it is taken of (same project)."""
+    bad = AmsError.invalid_data("A snapshot needs its subscription as projects/{project}/subscriptions/{name}")
+    body = as_object(raw, bad)
+    parts = (opt_str(body, "subscription", bad) or "").split("/")
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "subscriptions" or not valid_name(parts[3]):
+        raise bad
+    if parts[1] != project_name:
+        raise AmsError.invalid_data("A snapshot is taken of a subscription of its own project")
+    return parts[3]
+
+
+@dataclass(frozen=True)
+class SeekTarget:
+    snapshot: str  # a snapshot's name; "" when seeking to a time
+    time_ns: int
+
+
+def seek_target(raw: Any, project_name: str) -> SeekTarget:
+    """A seek body: exactly one of ``snapshot`` (projects/{project}/snapshots/{name}) and ``time``
+    (RFC 3339)."""
+    bad = AmsError.invalid_data("A seek needs either snapshot (projects/{project}/snapshots/{name}) or time")
+    body = as_object(raw, bad)
+    snapshot, when = opt_str(body, "snapshot", bad), opt_str(body, "time", bad)
+    if (snapshot is None) == (when is None):
+        raise bad
+    if snapshot is not None:
+        parts = snapshot.split("/")
+        if len(parts) != 4 or parts[0] != "projects" or parts[2] != "snapshots" or not valid_name(parts[3]):
+            raise bad
+        if parts[1] != project_name:
+            raise AmsError.invalid_data("A subscription seeks to a snapshot of its own project")
+        return SeekTarget(parts[3], 0)
+    try:
+        ns = parse_iso8601_ns(when or "")
+    except ValueError as exc:
+        raise AmsError.invalid_data("time must be an RFC 3339 timestamp such as 2026-11-27T10:00:00Z") from exc
+    return SeekTarget("", min(max(ns, -(2**63)), 2**63 - 1))
 
 
 # --- users, projects and members ----------------------------------------------------------------

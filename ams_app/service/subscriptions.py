@@ -101,6 +101,7 @@ class SubscriptionOps(PushOps):
             sub.dead_letter_project, sub.dead_letter_topic = project.uuid, dead.topic
             sub.max_delivery_attempts = dead.max_delivery_attempts
         sub.filter, sub.ordered, sub.exactly_once = request.filter, request.ordered, request.exactly_once
+        sub.retain_acked = request.retain_acked
 
     def delete_subscription(self, project: Project, name: str) -> str | None:
         """Delete; for an active push subscription, say that its delivery stopped."""

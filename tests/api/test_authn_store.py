@@ -325,6 +325,7 @@ def test_an_existing_embedded_database_gains_the_tables(tmp_path: Path) -> None:
     path = str(tmp_path / "metadata.db")
     SqliteMetadataStore(path).close()
     with sqlite3.connect(path) as conn:  # as a database made before AuthN (and before schema versions)
+        conn.execute("DROP TABLE snapshots")  # and before snapshots
         conn.execute("DROP TABLE authn_bindings")
         conn.execute("DROP TABLE authn_service_types")
         conn.execute("DROP INDEX memberships_by_user")

@@ -266,6 +266,7 @@ def test_resealing_needs_a_keyring(place: Place) -> None:
 def test_a_data_directory_of_the_release_before_is_sealed_and_works(tmp_path: Path) -> None:
     """The unversioned fixture data directory (tests/unit/ams_app/test_sqlite_schema.py), opened
     with a keyring: its schema gains token_hash, its user's token is sealed and still works."""
+    from ams_app.backends.sqlite.store import MIGRATIONS
     from tests.unit.ams_app.test_sqlite_schema import restore_legacy
 
     data = tmp_path / "data"
@@ -279,7 +280,7 @@ def test_a_data_directory_of_the_release_before_is_sealed_and_works(tmp_path: Pa
         service.stop()
     with contextlib.closing(sqlite3.connect(data / "metadata.db")) as conn:
         token, token_hash, doc = conn.execute("SELECT token, token_hash, doc FROM users WHERE name='alice'").fetchone()
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
     assert key_id_of(token) == "new"
     assert token_hash
     assert alice["token"] not in token + doc

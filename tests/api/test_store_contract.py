@@ -6,7 +6,7 @@ refuses a taken name (or key); a get finds by each of its keys and answers None 
 an update is read back, and refused when it would take another's name; a delete says whether it deleted
 and takes with it what the Protocol says; listings come in their documented order, with pages whose
 tokens continue where they left off; a subscription's cursor moves only by a compare-and-swap of its
-version; usage counters add up."""
+version; usage counters add up. The stores' SnapshotStore (a Protocol of its own) is pinned here too."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ import base64
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from ams_app.backends.store import DailyUsage, InvalidPageToken, MetadataStore
+from ams_app.backends.store import DailyUsage, InvalidPageToken, MetadataStore, SnapshotStore
 from ams_app.models import (
     Lease,
     Membership,
@@ -25,6 +26,7 @@ from ams_app.models import (
     PushConfig,
     Registration,
     Schema,
+    Snapshot,
     Subscription,
     Topic,
     Usage,
@@ -41,6 +43,13 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MetadataSt
         require_backend("kafka")  # its MongoDB-wire server
     with either_store(request.param, tmp_path, "ams_contract_test") as store:
         yield store
+
+
+@pytest.fixture
+def snapshots(store: MetadataStore) -> SnapshotStore:
+    """The same store by its other job: both store classes implement both protocols (mypy checks
+    that in each store's module)."""
+    return cast(SnapshotStore, store)
 
 
 def new_project(store: MetadataStore) -> Project:
@@ -82,6 +91,14 @@ def new_schema(store: MetadataStore, project_uuid: str, name: str | None = None)
     schema = Schema(unique("uuid"), project_uuid, name or unique("schema"), "json", body)
     assert store.create_schema(schema)
     return schema
+
+
+def new_snapshot(
+    snapshots: SnapshotStore, project_uuid: str, subscription: str = "s", acked: list[tuple[int, int]] | None = None
+) -> Snapshot:
+    snapshot = Snapshot(project_uuid, unique("snap"), "t", subscription, 7, acked or [], 100, 200)
+    assert snapshots.create_snapshot(snapshot)
+    return snapshot
 
 
 def token_of(text: str) -> str:
@@ -272,8 +289,12 @@ def test_a_page_token_continues_where_it_left_off_after_newer_items_came(store: 
 
 
 @pytest.mark.parametrize("token", ["not-a-page-token", "%%%", token_of("hello"), token_of("-1")])
-def test_an_invalid_page_token_is_refused_by_every_listing(store: MetadataStore, token: str) -> None:
+def test_an_invalid_page_token_is_refused_by_every_listing(
+    store: MetadataStore, snapshots: SnapshotStore, token: str
+) -> None:
     project = new_project(store)
+    with pytest.raises(InvalidPageToken):
+        snapshots.list_snapshots(project.uuid, 2, token)
     with pytest.raises(InvalidPageToken):
         store.list_users(None, 2, token)
     with pytest.raises(InvalidPageToken):
@@ -443,6 +464,89 @@ def test_acl_of_user_names_every_topic_and_subscription_acl_by_name(store: Metad
         ("topic", other.uuid, "d-topic"),
     ]
     assert store.acl_of_user("user-z") == []
+
+
+# --- snapshots -------------------------------------------------------------------------------------
+def test_a_snapshot_is_read_back_with_its_acked_ranges(store: MetadataStore, snapshots: SnapshotStore) -> None:
+    project, other = new_project(store), new_project(store)
+    snapshot = Snapshot(project.uuid, unique("snap"), "t", "s", 40, [(42, 45), (50, 51)], 1_000, 2_000)
+    assert snapshots.create_snapshot(snapshot)
+    stored = snapshots.get_snapshot(project.uuid, snapshot.name)
+    assert stored == snapshot
+    assert stored is not None
+    assert all(isinstance(r, tuple) for r in stored.acked)  # pairs, as the model has them
+    bare = new_snapshot(snapshots, project.uuid)
+    assert snapshots.get_snapshot(project.uuid, bare.name) == bare
+    assert snapshots.get_snapshot(project.uuid, unique("snap")) is None
+    assert snapshots.get_snapshot(other.uuid, snapshot.name) is None
+
+
+def test_a_taken_snapshot_name_is_not_created_again(store: MetadataStore, snapshots: SnapshotStore) -> None:
+    project, other = new_project(store), new_project(store)
+    snapshot = new_snapshot(snapshots, project.uuid, acked=[(9, 10)])
+    assert not snapshots.create_snapshot(Snapshot(project.uuid, snapshot.name, "u", "other-sub", 99, [(100, 101)]))
+    assert snapshots.get_snapshot(project.uuid, snapshot.name) == snapshot
+    assert snapshots.list_snapshots(project.uuid, 0, "").total_size == 1
+    assert snapshots.create_snapshot(dataclasses.replace(snapshot, project_uuid=other.uuid))  # the project's own
+
+
+def test_deleting_a_snapshot_says_whether_it_deleted_and_frees_its_name(
+    store: MetadataStore, snapshots: SnapshotStore
+) -> None:
+    project = new_project(store)
+    snapshot, kept = new_snapshot(snapshots, project.uuid), new_snapshot(snapshots, project.uuid)
+    assert snapshots.delete_snapshot(project.uuid, snapshot.name)
+    assert not snapshots.delete_snapshot(project.uuid, snapshot.name)
+    assert not snapshots.delete_snapshot(project.uuid, unique("snap"))
+    assert snapshots.get_snapshot(project.uuid, snapshot.name) is None
+    assert snapshots.get_snapshot(project.uuid, kept.name) == kept
+    assert snapshots.snapshots_of_subscription(project.uuid, "s") == [kept.name]
+    assert snapshots.create_snapshot(snapshot)  # the name is free again
+
+
+def test_snapshots_are_listed_newest_first_in_pages_by_project(store: MetadataStore, snapshots: SnapshotStore) -> None:
+    project, other = new_project(store), new_project(store)
+    made = [new_snapshot(snapshots, project.uuid, acked=[(10 + i, 11 + i)]) for i in range(5)]
+    new_snapshot(snapshots, other.uuid)
+    newest_first = made[::-1]
+    everything = snapshots.list_snapshots(project.uuid, 0, "")
+    assert (everything.items, everything.total_size, everything.next_page_token) == (newest_first, 5, "")
+    first = snapshots.list_snapshots(project.uuid, 2, "")
+    assert (first.items, first.total_size) == (newest_first[:2], 5)
+    assert first.next_page_token
+    newer = new_snapshot(snapshots, project.uuid)  # a token goes on from where it was made
+    second = snapshots.list_snapshots(project.uuid, 2, first.next_page_token)
+    assert (second.items, second.total_size) == (newest_first[2:4], 6)
+    last = snapshots.list_snapshots(project.uuid, 2, second.next_page_token)
+    assert (last.items, last.next_page_token) == (newest_first[4:], "")
+    exact = snapshots.list_snapshots(project.uuid, 6, "")
+    assert (exact.items, exact.next_page_token) == ([newer, *newest_first], "")
+    nothing = snapshots.list_snapshots(unique("uuid"), 2, "")
+    assert (nothing.items, nothing.total_size, nothing.next_page_token) == ([], 0, "")
+    with pytest.raises(InvalidPageToken):  # a token this store did not make
+        snapshots.list_snapshots(project.uuid, 2, token_of("a-token-of-another-store"))
+
+
+def test_snapshots_of_a_subscription_are_named_newest_first(store: MetadataStore, snapshots: SnapshotStore) -> None:
+    project, other = new_project(store), new_project(store)
+    first = new_snapshot(snapshots, project.uuid, "s")
+    new_snapshot(snapshots, project.uuid, "u")
+    second = new_snapshot(snapshots, project.uuid, "s")
+    new_snapshot(snapshots, other.uuid, "s")
+    assert snapshots.snapshots_of_subscription(project.uuid, "s") == [second.name, first.name]
+    assert snapshots.snapshots_of_subscription(project.uuid, "none") == []
+
+
+def test_deleting_a_project_deletes_its_snapshots(store: MetadataStore, snapshots: SnapshotStore) -> None:
+    project, other = new_project(store), new_project(store)
+    gone = [new_snapshot(snapshots, project.uuid, acked=[(8, 9)]) for _ in range(2)]
+    kept = new_snapshot(snapshots, other.uuid)
+    store.delete_project(project.uuid)
+    assert [snapshots.get_snapshot(project.uuid, s.name) for s in gone] == [None, None]
+    assert snapshots.list_snapshots(project.uuid, 0, "").total_size == 0
+    assert snapshots.snapshots_of_subscription(project.uuid, "s") == []
+    assert snapshots.get_snapshot(other.uuid, kept.name) == kept
+    assert snapshots.create_snapshot(gone[0])  # a project of that uuid again starts with none
 
 
 # --- schemas ---------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""MetadataStore on MongoDB.
+"""MetadataStore and SnapshotStore on MongoDB.
 
 Collections mirror the embedded store's tables: one document per project, user, topic,
-subscription, schema, registration, AuthN service type and binding (ACLs and memberships
+subscription, snapshot, schema, registration, AuthN service type and binding (ACLs and memberships
 embedded as arrays), plus usage counters. Every change is one atomic document operation; a
 subscription's cursor changes only through a compare-and-swap on its ``version``, so many
 stateless nodes can serve one subscription without losing an ack or advancing twice. Indexes
@@ -32,7 +32,7 @@ import threading
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bson import ObjectId
 from bson.errors import InvalidId
@@ -45,7 +45,9 @@ from ams_app.backends.store import (
     DailyKey,
     DailyUsage,
     InvalidPageToken,
+    MetadataStore,
     Page,
+    SnapshotStore,
     binding_identifiers,
     daily_series,
     merge_daily,
@@ -61,6 +63,7 @@ from ams_app.models import (
     Registration,
     Schema,
     ServiceType,
+    Snapshot,
     Subscription,
     Topic,
     Usage,
@@ -70,6 +73,8 @@ from ams_app.models import (
     cursor_from_doc,
     cursor_to_doc,
     service_type_from_doc,
+    snapshot_from_doc,
+    snapshot_to_doc,
     sub_from_doc,
     to_doc,
     user_from_doc,
@@ -110,6 +115,10 @@ _INDEXES: dict[str, list[tuple[list[tuple[str, int]], bool]]] = {
         ([("project_uuid", ASCENDING), ("name", ASCENDING)], True),
         ([("project_uuid", ASCENDING), ("topic", ASCENDING)], False),
         ([("acl", ASCENDING)], False),
+    ],
+    "snapshots": [
+        ([("project_uuid", ASCENDING), ("name", ASCENDING)], True),
+        ([("project_uuid", ASCENDING), ("subscription", ASCENDING)], False),
     ],
     "schemas": [([("project_uuid", ASCENDING), ("name", ASCENDING)], True), ([("uuid", ASCENDING)], True)],
     "registrations": [([("uuid", ASCENDING)], True)],
@@ -317,7 +326,7 @@ class MongoMetadataStore:
         topics = [d["name"] for d in self._c("topics").find({"project_uuid": uuid}, {"name": 1})]
         cursor_ids = [d["cursor_id"] for d in self._c("subscriptions").find({"project_uuid": uuid}, {"cursor_id": 1})]
         self._c("cursors").delete_many({"cursor_id": {"$in": cursor_ids}})
-        for name in ("topics", "subscriptions", "schemas", "usage", "daily_messages", "usage_daily"):
+        for name in ("topics", "subscriptions", "snapshots", "schemas", "usage", "daily_messages", "usage_daily"):
             self._c(name).delete_many({"project_uuid": uuid})
         for doc in self._c("users").find({"projects.project_uuid": uuid}):
             kept = [m for m in doc.get("projects", []) if m.get("project_uuid") != uuid]
@@ -457,6 +466,25 @@ class MongoMetadataStore:
 
     def subscriptions_of_topic(self, project_uuid: str, topic: str) -> list[str]:
         docs = self._c("subscriptions").find({"project_uuid": project_uuid, "topic": topic}, {"name": 1})
+        return [d["name"] for d in docs.sort("_id", DESCENDING)]
+
+    # --- snapshots ------------------------------------------------------------------------
+    def create_snapshot(self, snapshot: Snapshot) -> bool:
+        return self._insert(self._c("snapshots"), snapshot_to_doc(snapshot))
+
+    def get_snapshot(self, project_uuid: str, name: str) -> Snapshot | None:
+        doc = _strip(self._c("snapshots").find_one({"project_uuid": project_uuid, "name": name}))
+        return snapshot_from_doc(doc) if doc else None
+
+    def delete_snapshot(self, project_uuid: str, name: str) -> bool:
+        return self._c("snapshots").delete_one({"project_uuid": project_uuid, "name": name}).deleted_count > 0
+
+    def list_snapshots(self, project_uuid: str, page_size: int, page_token: str) -> Page[Snapshot]:
+        query = {"project_uuid": project_uuid}
+        return self._page("snapshots", query, page_size, page_token, lambda d: snapshot_from_doc(_strip(d) or {}))
+
+    def snapshots_of_subscription(self, project_uuid: str, subscription: str) -> list[str]:
+        docs = self._c("snapshots").find({"project_uuid": project_uuid, "subscription": subscription}, {"name": 1})
         return [d["name"] for d in docs.sort("_id", DESCENDING)]
 
     # --- schemas --------------------------------------------------------------------------
@@ -717,3 +745,10 @@ class MongoMetadataStore:
                 }
             )
         return True
+
+
+if TYPE_CHECKING:
+
+    def _implements(store: MongoMetadataStore) -> tuple[MetadataStore, SnapshotStore]:
+        """Never called: mypy checks here that the class keeps both of its protocols."""
+        return store, store

@@ -1,4 +1,4 @@
-"""MetadataStore on SQLite: one JSON document per row, indexed columns beside it."""
+"""MetadataStore and SnapshotStore on SQLite: one JSON document per row, indexed columns beside it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import dataclasses
 import json
 import sqlite3
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ams_app.backends.sqlite.db import SqliteDb
 from ams_app.backends.store import (
@@ -17,7 +17,9 @@ from ams_app.backends.store import (
     DailyKey,
     DailyUsage,
     InvalidPageToken,
+    MetadataStore,
     Page,
+    SnapshotStore,
     binding_identifiers,
     daily_series,
     merge_daily,
@@ -33,6 +35,7 @@ from ams_app.models import (
     Registration,
     Schema,
     ServiceType,
+    Snapshot,
     Subscription,
     Topic,
     Usage,
@@ -42,6 +45,8 @@ from ams_app.models import (
     cursor_from_doc,
     cursor_to_doc,
     service_type_from_doc,
+    snapshot_from_doc,
+    snapshot_to_doc,
     sub_from_doc,
     to_doc,
     user_from_doc,
@@ -176,9 +181,23 @@ ALTER TABLE users ADD COLUMN token_hash TEXT;
 CREATE UNIQUE INDEX users_by_token_hash ON users (token_hash);
 """
 
+#: Version 4: subscriptions' snapshots (SnapshotStore), stored as topics are; ``subscription`` beside
+#: the doc for ``snapshots_of_subscription``.
+SNAPSHOTS = """
+CREATE TABLE snapshots (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    project_uuid TEXT NOT NULL,
+    name TEXT NOT NULL,
+    subscription TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    UNIQUE (project_uuid, name)
+);
+CREATE INDEX snapshots_by_subscription ON snapshots (project_uuid, subscription);
+"""
+
 #: The schema's migrations, in order: a database at version n has had the first n
 #: (ams_app/backends/sqlite/db.py). Append; never edit one that has shipped.
-MIGRATIONS = (BASELINE, MEMBERSHIPS_BY_USER, TOKEN_HASH)
+MIGRATIONS = (BASELINE, MEMBERSHIPS_BY_USER, TOKEN_HASH, SNAPSHOTS)
 
 
 def _dump(doc: dict[str, Any]) -> str:
@@ -305,6 +324,7 @@ class SqliteMetadataStore:
             topics = [r[0] for r in conn.execute("SELECT name FROM topics WHERE project_uuid=?", (uuid,))]
             conn.execute("DELETE FROM topics WHERE project_uuid=?", (uuid,))
             conn.execute("DELETE FROM subscriptions WHERE project_uuid=?", (uuid,))
+            conn.execute("DELETE FROM snapshots WHERE project_uuid=?", (uuid,))
             conn.execute("DELETE FROM acl WHERE project_uuid=?", (uuid,))
             members = [r[0] for r in conn.execute("SELECT user_uuid FROM memberships WHERE project_uuid=?", (uuid,))]
             for user_uuid in members:
@@ -603,6 +623,52 @@ class SqliteMetadataStore:
             lambda c: c.execute(
                 "SELECT name FROM subscriptions WHERE project_uuid=? AND topic=? ORDER BY seq DESC",
                 (project_uuid, topic),
+            ).fetchall()
+        )
+        return [r[0] for r in rows]
+
+    # --- snapshots ----------------------------------------------------------------------
+    def create_snapshot(self, snapshot: Snapshot) -> bool:
+        def tx(conn: sqlite3.Connection) -> bool:
+            written = _write(
+                conn,
+                "INSERT INTO snapshots (project_uuid, name, subscription, doc) VALUES (?,?,?,?)",
+                (snapshot.project_uuid, snapshot.name, snapshot.subscription, _dump(snapshot_to_doc(snapshot))),
+            )
+            return written is not None
+
+        return self.db.run(tx)
+
+    def get_snapshot(self, project_uuid: str, name: str) -> Snapshot | None:
+        row = self.db.read(
+            lambda c: c.execute(
+                "SELECT doc FROM snapshots WHERE project_uuid=? AND name=?", (project_uuid, name)
+            ).fetchone()
+        )
+        return snapshot_from_doc(json.loads(row[0])) if row else None
+
+    def delete_snapshot(self, project_uuid: str, name: str) -> bool:
+        query = "DELETE FROM snapshots WHERE project_uuid=? AND name=?"
+        return self.db.run(lambda c: c.execute(query, (project_uuid, name)).rowcount) > 0
+
+    def list_snapshots(self, project_uuid: str, page_size: int, page_token: str) -> Page[Snapshot]:
+        return self.db.read(
+            lambda c: _page(
+                c,
+                "snapshots",
+                "t.project_uuid=?",
+                [project_uuid],
+                page_size,
+                page_token,
+                lambda r: snapshot_from_doc(json.loads(r[1])),
+            )
+        )
+
+    def snapshots_of_subscription(self, project_uuid: str, subscription: str) -> list[str]:
+        rows = self.db.read(
+            lambda c: c.execute(
+                "SELECT name FROM snapshots WHERE project_uuid=? AND subscription=? ORDER BY seq DESC",
+                (project_uuid, subscription),
             ).fetchall()
         )
         return [r[0] for r in rows]
@@ -980,3 +1046,10 @@ class SqliteMetadataStore:
             return cur.rowcount > 0
 
         return self.db.run(tx)
+
+
+if TYPE_CHECKING:
+
+    def _implements(store: SqliteMetadataStore) -> tuple[MetadataStore, SnapshotStore]:
+        """Never called: mypy checks here that the class keeps both of its protocols."""
+        return store, store

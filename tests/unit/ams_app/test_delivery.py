@@ -47,7 +47,8 @@ def test_an_ack_acknowledges_its_own_message_only() -> None:
     c, _ = pull(Cursor(), T0, 5)
     c, failed = dl.acknowledge(c, [(3, 1)], T0, TRACKED)
     assert failed == {}
-    assert c.offset == 0 and c.acked == [(3, 4)]
+    assert c.offset == 0
+    assert c.acked == [(3, 4)]
     c, _ = dl.acknowledge(c, [(0, 1), (1, 1), (2, 1)], T0, TRACKED)
     assert c.offset == 4
     assert [(x.start, x.end) for x in c.leases] == [(4, 5)]
@@ -103,11 +104,13 @@ def test_a_message_out_of_attempts_is_handed_off_then_acknowledged() -> None:
     c, _ = dl.modify_deadline(c, [(0, 2)], 0, T0, policy)
     assert pull(c, T0, 2, policy, high=2)[1] == []  # dead: never delivered again
     held, dead = dl.take_dead(c, T0, policy)
-    assert held is not None and [(r.start, r.end, r.attempts) for r in dead] == [(0, 1, 2)]
+    assert held is not None
+    assert [(r.start, r.end, r.attempts) for r in dead] == [(0, 1, 2)]
     assert dl.take_dead(held, T0 + S, policy)[1] == []  # another pull leaves it to this one
     assert [r.start for r in dl.take_dead(held, T0 + (dl.HAND_OFF_SECONDS + 1) * S, policy)[1]] == [0]
     c = dl.handed_off(held, [0])
-    assert c.retries == [] and _acked(c, 0)
+    assert c.retries == []
+    assert _acked(c, 0)
 
 
 def test_a_lease_that_runs_out_counts_as_a_failed_delivery() -> None:
@@ -123,7 +126,8 @@ def test_a_lease_that_runs_out_counts_as_a_failed_delivery() -> None:
 def test_messages_the_filter_turns_away_are_acknowledged_and_not_delivered() -> None:
     c, got = pull(Cursor(), T0, 6, unwanted={0, 1, 3})
     assert got == [(2, 1), (4, 1), (5, 1)]
-    assert c.offset == 2 and c.acked == [(3, 4)]
+    assert c.offset == 2
+    assert c.acked == [(3, 4)]
 
 
 def test_ordering_delivers_one_message_per_key_and_holds_the_key_while_it_is_out() -> None:
@@ -168,7 +172,9 @@ def test_random_nacks_and_acks_keep_each_keys_order_and_lose_nothing() -> None:
                 c, failed = dl.acknowledge(c, [(m, attempt)], now, ordered)
                 acked.add(m)
             assert failed == {}
-    assert c.offset == 200 and c.leases == [] and c.retries == []
+    assert c.offset == 200
+    assert c.leases == []
+    assert c.retries == []
     for key, offsets in seen.items():
         firsts = sorted(set(offsets), key=offsets.index)
         assert firsts == sorted(firsts), key
@@ -181,7 +187,8 @@ def test_exactly_once_takes_only_the_newest_delivery_of_a_message() -> None:
     assert got == [(0, 2), (1, 2), (2, 2)]
     c, failed = dl.acknowledge(c, [(0, 1), (1, 2), (2, None)], T0 + 21 * S, once)
     assert failed == {0: dl.STALE}
-    assert c.offset == 0 and c.acked == [(1, 3)]
+    assert c.offset == 0
+    assert c.acked == [(1, 3)]
     c, failed = dl.acknowledge(c, [(1, 2)], T0 + 21 * S, once)
     assert failed == {0: dl.UNKNOWN}  # acknowledged already: said so
 
@@ -197,7 +204,8 @@ def test_exactly_once_refuses_an_ack_after_the_lease_ran_out() -> None:
 def test_without_exactly_once_a_late_ack_still_counts() -> None:
     c, _ = pull(Cursor(), T0, 2, high=2, deadline=10)
     c, failed = dl.acknowledge(c, [(0, 1), (1, 9)], T0 + 60 * S, TRACKED)
-    assert failed == {} and c.offset == 2
+    assert failed == {}
+    assert c.offset == 2
 
 
 def test_a_deadline_change_for_a_message_not_out_fails_for_that_id_only() -> None:
@@ -213,9 +221,11 @@ def test_a_plain_subscription_nack_frees_the_message_without_keeping_anything() 
     base, start, end = found
     c = cur.with_lease(base, start, end, T0, 10)
     c, failed = dl.modify_deadline(c, [(2, None)], 0, T0, dl.PLAIN)
-    assert failed == {} and c.retries == []
+    assert failed == {}
+    assert c.retries == []
     again = cur.next_free_range(c, 0, 5, T0, 5)
-    assert again is not None and again[1:] == (2, 3)
+    assert again is not None
+    assert again[1:] == (2, 3)
     c = cur.acknowledge(c, [4], T0)  # cumulative over what its pull still holds
     assert (c.offset, c.acked) == (2, [(3, 5)])
 

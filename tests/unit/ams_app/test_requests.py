@@ -170,7 +170,7 @@ def test_the_per_message_fields_of_a_new_subscription_are_read_and_checked() -> 
         ("filter", "x" * 257, "Invalid filter: longer than 256 bytes"),
         ("filter", 7, "filter must be a string"),
         ("enableMessageOrdering", "often", "enableMessageOrdering must be a boolean"),
-        ("retainAckedMessages", True, "retainAckedMessages is not supported"),
+        ("retainAckedMessages", "sometimes", "retainAckedMessages must be a boolean"),
         ("messageRetentionDuration", "600s", "messageRetentionDuration is not supported"),
     ],
 )

@@ -4,6 +4,7 @@ leaves the version it had, and a database of a newer release is refused."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 from ams_app.backends.sqlite import log as sqlite_log
 from ams_app.backends.sqlite import store as sqlite_store
 from ams_app.backends.sqlite.db import SchemaTooNew, migrate, schema_version, statements
+from ams_app.models import Snapshot
 from tests.helpers import ROOT, b64, free_port
 from tests.inprocess import InProcessServer
 
@@ -42,7 +44,33 @@ def test_a_fresh_data_directory_is_at_the_latest_versions(tmp_path: Path) -> Non
     InProcessServer(tmp_path / "data").stop()
     for name, latest in LATEST.items():
         assert version_of(tmp_path / "data" / f"{name}.db") == latest
-    assert "memberships_by_user" in indexes(tmp_path / "data" / "metadata.db")
+    assert {"memberships_by_user", "snapshots_by_subscription"} <= indexes(tmp_path / "data" / "metadata.db")
+
+
+def test_a_database_of_the_version_before_snapshots_upgrades_and_keeps_its_data(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.db"
+    before = sqlite_store.MIGRATIONS.index(sqlite_store.SNAPSHOTS)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        migrate(conn, sqlite_store.MIGRATIONS[:before])
+    assert version_of(path) == before
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # data written by that version
+        doc = '{"uuid":"p-1","name":"kept","description":"","created_on":0,"modified_on":0,"created_by":""}'
+        conn.execute("INSERT INTO projects (uuid, name, doc) VALUES ('p-1', 'kept', ?)", (doc,))
+        assert conn.execute("SELECT name FROM sqlite_master WHERE name='snapshots'").fetchone() is None
+
+    store = sqlite_store.SqliteMetadataStore(str(path))
+    try:
+        assert version_of(path) == LATEST["metadata"]
+        project = store.get_project(name="kept")
+        assert project is not None
+        assert project.uuid == "p-1"
+        snapshot = Snapshot("p-1", "snap", "t", "s", 3, [(5, 6)], 1, 2)
+        assert store.create_snapshot(snapshot)
+        assert store.get_snapshot("p-1", "snap") == snapshot
+        assert store.snapshots_of_subscription("p-1", "s") == ["snap"]
+    finally:
+        store.close()
+    assert "snapshots_by_subscription" in indexes(path)
 
 
 def test_an_unversioned_data_directory_upgrades_in_place_and_keeps_its_data(tmp_path: Path) -> None:
