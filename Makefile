@@ -72,7 +72,8 @@ services-status: venv
 	$(BIN)/python -m tools.services status
 
 ## NODES ams nodes (default 3) behind haproxy on https://127.0.0.1:8443 (tools/cluster.py), starting the
-## services first; CLUSTER_BACKEND=embedded without Kafka
+## services first, with one owner per pull subscription (consume_owner) as in production;
+## CLUSTER_BACKEND=embedded without Kafka
 NODES ?= 3
 CLUSTER_BACKEND ?= kafka
 cluster-up: venv

@@ -244,11 +244,12 @@ class Settings:
     #: subscriptions that requests look up, and checks one ZooKeeper znode per request for
     #: changes made through any node (docs/production.md). Off: every lookup asks MongoDB.
     metadata_cache: bool = True
-    #: One node at a time owns a pull subscription's leases (a ZooKeeper claim), keeps them in
-    #: memory and writes only acknowledgements to the store; other nodes forward the
-    #: subscription's pull, acknowledge, offsets and modifyOffset requests to it. Off: every node
-    #: changes the cursor in the store with compare-and-swap (docs/production.md).
-    consume_owner: bool = False
+    #: Backend kafka: one node at a time owns a pull subscription's leases (a ZooKeeper claim),
+    #: keeps them in memory and writes only acknowledgements to the store; other nodes forward the
+    #: subscription's pull, acknowledge, offsets and modifyOffset requests to it. Needs
+    #: zookeeper_hosts. Off: every node changes the cursor in the store with compare-and-swap, as
+    #: the embedded backend always does (it ignores this setting; docs/production.md).
+    consume_owner: bool = True
     #: Base URL at which the other nodes reach this node's API, e.g. http://ams1:8080 (empty:
     #: built from host, port and TLS, with node_name or the host name when host is 0.0.0.0).
     advertise_url: str = ""
@@ -335,7 +336,7 @@ class Settings:
         if self.backend == "kafka" and self.push_enabled and not self.zookeeper_hosts:
             raise SettingsError("push delivery on backend kafka needs zookeeper_hosts (or push_enabled: false)")
         if self.consume_owner and self.backend == "kafka" and not self.zookeeper_hosts:
-            raise SettingsError("consume_owner on backend kafka needs zookeeper_hosts")
+            raise SettingsError("consume_owner on backend kafka needs zookeeper_hosts (or consume_owner: false)")
         self._check_links()
         if bool(self.authn_tls_cert) != bool(self.authn_tls_key):
             raise SettingsError("authn_tls_cert and authn_tls_key must be given together")

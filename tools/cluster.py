@@ -102,6 +102,8 @@ def node_settings(
         "data_dir": str(data_dir),
         "service_token": token,
         "pull_wait_seconds": 10,
+        # one owner per pull subscription, as in production (the default; backend embedded ignores it)
+        "consume_owner": True,
     }
 
 

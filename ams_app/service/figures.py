@@ -22,13 +22,14 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ams_app.models import subscription_key
 from ams_app.service import delivery as dl
 from ams_app.service.base import topic_key
 
@@ -63,8 +64,17 @@ class ServiceFigures(Collector):
     """Collector of the figures of the whole service (not of this process), read from the
     service's (guarded) backends and usage counters; at most ``limit`` series per family."""
 
-    def __init__(self, store: MetadataStore, log: MessageLog, usage: UsageCounters, limit: int) -> None:
+    def __init__(
+        self,
+        store: MetadataStore,
+        log: MessageLog,
+        usage: UsageCounters,
+        limit: int,
+        held: Callable[[str], Cursor | None] = lambda key: None,
+    ) -> None:
         self.store, self.log, self.usage, self.limit = store, log, usage, limit
+        #: the cursor of a subscription this node owns, fresher than the store's (consume_owner)
+        self.held = held
 
     def collect(self) -> Iterator[Metric]:
         start = time.perf_counter()
@@ -224,7 +234,9 @@ class ServiceFigures(Collector):
                     try:
                         if key not in bounds:
                             bounds[key] = message_log.bounds(key)
-                        cursor = store.get_cursor(project.uuid, sub.name)
+                        cursor = self.held(subscription_key(project.uuid, sub.name)) or store.get_cursor(
+                            project.uuid, sub.name
+                        )
                     except Exception:  # a topic or subscription going away meanwhile
                         log.debug("metrics: skipping %s/%s", project.name, sub.name, exc_info=True)
                         continue

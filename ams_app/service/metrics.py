@@ -489,7 +489,8 @@ class MetricsOps(ServiceBase):
     def _figures(self) -> ServiceFigures:
         from ams_app.service.figures import ServiceFigures
 
-        return ServiceFigures(self.store, self.log, self.usage, self.settings.prometheus_series_limit)
+        held = self.owners.cursor_of if self.owners is not None else (lambda key: None)
+        return ServiceFigures(self.store, self.log, self.usage, self.settings.prometheus_series_limit, held)
 
     def service_figures_text(self) -> bytes:
         """The service-wide figures alone, in the Prometheus text format: what ``ams admin metrics``

@@ -45,6 +45,9 @@ R = TypeVar("R")
 
 #: Seconds a waiting acknowledge gives the store's write before it answers 503.
 _COMMIT_SECONDS = 10.0
+#: Changes that need not wait for the store (leases) are written this long after the first of
+#: them: the store's figures and a next owner lag this node by that much, at one write per round.
+_BEHIND_SECONDS = 0.2
 #: A request whose owner cannot be reached waits for its claim to go for twice the session and
 #: this (ZooKeeper expires a session at the first tick past its timeout), looking again at least
 #: every _RELEASE_RECHECK_SECONDS should a watch's event be lost with a reconnection.
@@ -80,6 +83,7 @@ class Held:
     flushing: bool = False
     round: Event = dataclasses.field(default_factory=Event)  # set when a write ends
     lost: bool = False
+    behind: bool = False  # a write of the changes not made durable is on its way
 
 
 class Owners:
@@ -360,7 +364,24 @@ class Owners:
             mine = held.changes
         if durable and updated is not None:
             self._commit(held, mine)
+        elif updated is not None and not held.behind:
+            held.behind = True
+            gevent.spawn_later(_BEHIND_SECONDS, self._write_behind, held)
         return result
+
+    def _write_behind(self, held: Held) -> None:
+        held.behind = False
+        if held.lost or held.committed >= held.changes:
+            return
+        try:
+            self._commit(held, held.changes)
+        except AmsError as exc:  # the next change or acknowledgement writes it
+            log.debug("owner: writing %s behind: %s", held.key, exc.message)
+
+    def cursor_of(self, key: str) -> Cursor | None:
+        """The cursor of a subscription this node holds, as it is now (None: not held here)."""
+        held = self._held.get(key)
+        return held.cursor if held is not None and not held.lost else None
 
     def _commit(self, held: Held, mine: int) -> None:
         give_up = time.monotonic() + _COMMIT_SECONDS

@@ -1,5 +1,6 @@
 """The production backend's faults under traffic (docs/production.md "Backend outages"): three
-kafka-backend nodes behind haproxy (tools/services.py, as `make cluster-up`), a client publishing
+kafka-backend nodes behind haproxy (tools/cluster.py, as `make cluster-up`, but on the
+compare-and-swap consume path: consume_owner off, see CLUSTER_ENV), a client publishing
 and a client pulling and acknowledging through haproxy the whole time, and one of Kafka, the
 MongoDB-wire server (FerretDB) or ZooKeeper stopped for 20 s, then started again.
 
@@ -152,12 +153,18 @@ class Traffic:
             t.join(CLIENT_TIMEOUT + 5)
 
 
+#: The compare-and-swap consume path, whose figures docs/production.md records: consuming goes on
+#: while ZooKeeper is down. With consume_owner (the cluster's default) an owner that cannot confirm
+#: its ZooKeeper session hands out no lease, so pulls and acks would answer 503 meanwhile.
+CLUSTER_ENV = {"AMS_CONSUME_OWNER": "false"}
+
+
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Any]:
     require_backend("kafka")  # outside CI a missing service skips; under CI=true it fails
     database = "ams_test_faults_" + uuid.uuid4().hex[:10]
     try:
-        yield cluster_tool.start_cluster(nodes=NODES, database=database)
+        yield cluster_tool.start_cluster(nodes=NODES, database=database, env=CLUSTER_ENV)
     finally:
         try:
             cluster_tool.stop_cluster()

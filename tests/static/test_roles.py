@@ -239,12 +239,16 @@ def _local_playbook(playbook: Path) -> list[str]:
 
 
 PREFLIGHT_REFUSALS: list[tuple[dict[str, Any], str]] = [
-    ({"ams_backend": "kafka"}, "backend kafka needs"),
+    # ams_consume_owner (on by default) would be refused too, with the message of its own case below
+    ({"ams_backend": "kafka", "ams_consume_owner": False}, "backend kafka needs"),
     ({"ams_service_token": "short"}, "at least 8 characters"),
     ({"ams_push_worker_service": True}, "ams_push_worker_service needs backend kafka"),
     ({"ams_republishers": [{"name": "a.b", "config": {}}]}, "unique name of letters"),
     ({"ams_wheelhouse_src": "/nonexistent/wheels.tar"}, "must be a .tar of wheels on the controller"),
-    ({"ams_consume_owner": True}, "ams_consume_owner needs backend kafka"),
+    (
+        {"ams_backend": "kafka", "ams_kafka_bootstrap_servers": "k:9092", "ams_push_enabled": False},
+        "ams_consume_owner needs ams_zookeeper_hosts on backend kafka (or ams_consume_owner false)",
+    ),
     ({"ams_authn_enabled": True}, "ams_authn_enabled needs ams_authn_tls_certificate_src"),
     (
         {
@@ -287,21 +291,34 @@ def test_ams_preflight_refuses_bad_inputs(tmp_path: Path, variables: dict[str, A
     assert not [m for m in others if m in done.stdout], done.stdout[-3000:]  # only what failed is named
 
 
-def test_ams_preflight_accepts_the_test_inventory_values(tmp_path: Path) -> None:
+PREFLIGHT_ACCEPTS: dict[str, dict[str, Any]] = {
+    "test-inventory": {
+        "ams_backend": "kafka",
+        "ams_zookeeper_hosts": "127.0.0.1:2181",
+        "ams_push_worker": "external",
+        "ams_push_worker_service": True,
+        "ams_republishers": [{"name": "sites", "config": {"ams": {"url": "http://x"}}}],
+    },
+    # the role's defaults: backend embedded, where ams_consume_owner (on by default) does not apply
+    "embedded-defaults": {},
+    # backend kafka without ZooKeeper: only with the owners and push delivery turned off
+    "kafka-without-zookeeper": {
+        "ams_backend": "kafka",
+        "ams_kafka_bootstrap_servers": "k:9092",
+        "ams_push_enabled": False,
+        "ams_consume_owner": False,
+    },
+}
+
+
+@pytest.mark.parametrize("variables", list(PREFLIGHT_ACCEPTS.values()), ids=list(PREFLIGHT_ACCEPTS))
+def test_ams_preflight_accepts_good_inputs(tmp_path: Path, variables: dict[str, Any]) -> None:
     wheelhouse = tmp_path / "ams-wheelhouse.tar"
     wheelhouse.write_bytes(b"")
     task = {
         "name": "Run the ams preflight",
         "ansible.builtin.include_role": {"name": "ams", "tasks_from": "preflight"},
-        "vars": {
-            "ams_wheelhouse_src": str(wheelhouse),
-            "ams_service_token": "0123456789",
-            "ams_backend": "kafka",
-            "ams_zookeeper_hosts": "127.0.0.1:2181",
-            "ams_push_worker": "external",
-            "ams_push_worker_service": True,
-            "ams_republishers": [{"name": "sites", "config": {"ams": {"url": "http://x"}}}],
-        },
+        "vars": {"ams_wheelhouse_src": str(wheelhouse), "ams_service_token": "0123456789", **variables},
     }
     playbook = tmp_path / "preflight.yml"
     playbook.write_text(yaml.safe_dump([{"name": "Preflight only", "hosts": "localhost", "tasks": [task]}]))

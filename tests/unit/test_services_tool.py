@@ -137,6 +137,8 @@ def test_node_settings_load_as_ams_settings(tmp_path: Path) -> None:
     assert settings.service_token == "tok"
     assert settings.pull_wait_seconds == 10
     assert settings.kafka_replication_factor == 1
+    assert settings.consume_owner is True  # one owner per subscription, as in production
+    assert settings.zookeeper_hosts == "127.0.0.1:12181"  # which the owners need
 
 
 def _haproxy_cfg(tmp_path: Path, pem: Path, nodes: int = 3) -> str:

@@ -239,9 +239,9 @@ def test_setting_takes_one_lower_bound() -> None:
         ({"tls_cert": "/c.pem"}, "tls_cert and tls_key must be given together"),
         ({"backend": "kafka"}, "backend kafka needs kafka_bootstrap_servers or zookeeper_hosts"),
         ({"backend": "kafka", "kafka_bootstrap_servers": "k:9092"}, "push delivery on backend kafka needs"),
-        (
-            {"backend": "kafka", "kafka_bootstrap_servers": "k:9092", "push_enabled": False, "consume_owner": True},
-            "consume_owner on backend kafka needs zookeeper_hosts",
+        (  # consume_owner is on by default
+            {"backend": "kafka", "kafka_bootstrap_servers": "k:9092", "push_enabled": False},
+            r"consume_owner on backend kafka needs zookeeper_hosts \(or consume_owner: false\)",
         ),
         ({"authn_tls_key": "/k.pem"}, "authn_tls_cert and authn_tls_key must be given together"),
         ({"authn_check_crls": True}, "authn_check_crls needs authn_ca_dir"),
@@ -250,3 +250,14 @@ def test_setting_takes_one_lower_bound() -> None:
 def test_rules_between_settings(values: dict[str, Any], reason: str) -> None:
     with pytest.raises(SettingsError, match=reason):
         load_settings(environ={}, overrides=values)
+
+
+def test_consume_owner_is_the_default_on_backend_kafka() -> None:
+    """On by default; it applies to backend kafka only (the embedded backend ignores it), and is
+    turned off explicitly to run backend kafka without ZooKeeper."""
+    assert Settings().consume_owner is True
+    assert load_settings(environ={}).consume_owner is True  # backend embedded: valid, and ignored
+    with_zookeeper = load_settings(environ={}, overrides={"backend": "kafka", "zookeeper_hosts": "zk:2181"})
+    assert with_zookeeper.consume_owner is True
+    without = {"backend": "kafka", "kafka_bootstrap_servers": "k:9092", "push_enabled": False}
+    assert load_settings(environ={"AMS_CONSUME_OWNER": "false"}, overrides=without).consume_owner is False
