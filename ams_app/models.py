@@ -53,6 +53,7 @@ class Topic:
     created_on: int = 0
     acl: list[str] = field(default_factory=list)  # user uuids
     schema_uuid: str = ""
+    retention_s: int = 0  # messageRetentionDuration; 0: the log's (log_retention_seconds)
 
 
 @dataclass

@@ -46,11 +46,6 @@ def _bad_body() -> AmsError:
     return AmsError.invalid_request_body()
 
 
-def _not_yet(field: str) -> AmsError:
-    """A field of Pub/Sub's this server does not honour yet: refused rather than dropped."""
-    return AmsError.invalid_data(f"{field} is not supported by this server")
-
-
 #: Pub/Sub's limit on an ordering key.
 MAX_ORDERING_KEY_BYTES = 1024
 
@@ -81,16 +76,28 @@ def topic_ref(project_name: str, ref: str) -> str:
 @dataclass(frozen=True)
 class NewTopic:
     schema: str  # the name of the schema its messages must satisfy; "" for none
+    retention_s: int = 0  # messageRetentionDuration; 0: the log's
+
+
+#: Pub/Sub's bounds of a topic's messageRetentionDuration: 10 minutes to 31 days.
+RETENTION_BOUNDS_S = (600, 31 * 24 * 3600)
 
 
 def new_topic(raw: Any, project_name: str) -> NewTopic:
     body = _object_or_empty(raw, _bad_body())
-    if "messageRetentionDuration" in body:
-        raise _not_yet("messageRetentionDuration")
     if not all(isinstance(v, str) for v in body.values()):
         raise _bad_body()
     ref = body.get("schema") or ""
-    return NewTopic(schema_ref(project_name, ref) if ref else "")
+    retention_s = 0
+    if body.get("messageRetentionDuration"):
+        retention_ms = duration_ms(body["messageRetentionDuration"], "messageRetentionDuration")
+        low, high = RETENTION_BOUNDS_S
+        if retention_ms % 1000 or not low <= retention_ms // 1000 <= high:
+            raise AmsError.invalid_data(
+                f"messageRetentionDuration must be whole seconds between {low}s and {high}s (10 minutes to 31 days)"
+            )
+        retention_s = retention_ms // 1000
+    return NewTopic(schema_ref(project_name, ref) if ref else "", retention_s)
 
 
 def messages(raw: Any, limits: Settings) -> list[NewMessage]:
@@ -242,7 +249,9 @@ def new_subscription(raw: Any, project_name: str) -> NewSubscription:
         opt_bool(body, "retainAckedMessages", AmsError.invalid_data("retainAckedMessages must be a boolean"))
     )
     if body.get("messageRetentionDuration") is not None:
-        raise _not_yet("messageRetentionDuration")
+        raise AmsError.invalid_data(
+            "messageRetentionDuration is a topic's on this server (its log keeps the messages): set it on the topic"
+        )
     filter_text = opt_str(body, "filter", AmsError.invalid_data("filter must be a string")) or ""
     if filter_text:
         try:

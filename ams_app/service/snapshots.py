@@ -56,8 +56,12 @@ class SnapshotOps(ServiceBase):
             oldest = self.log.peek(key, state.offset)
             oldest_ns = oldest.publish_ns if oldest is not None else now
         expire = oldest_ns + SNAPSHOT_LIFE_NS
-        if self.settings.log_retention_seconds > 0:
-            expire = min(expire, oldest_ns + self.settings.log_retention_seconds * NS)
+        topic = self.store.get_topic(project.uuid, sub.topic)
+        retention_s = (
+            topic.retention_s if topic is not None and topic.retention_s else self.settings.log_retention_seconds
+        )
+        if retention_s > 0:
+            expire = min(expire, oldest_ns + retention_s * NS)
         if expire - now < SNAPSHOT_MIN_LIFE_NS:
             raise AmsError.generic_conflict(
                 "The subscription's oldest unacknowledged message leaves the log within the hour: no snapshot"

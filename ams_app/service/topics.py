@@ -17,8 +17,8 @@ from ams_app.timeutil import now_ns
 class TopicOps(SchemaOps):
     def create_topic(self, project: Project, name: str, request: NewTopic) -> Topic:
         schema_uuid = self.schema(project, request.schema).uuid if request.schema else ""
-        topic = Topic(project.uuid, name, now_ns(), [], schema_uuid)
-        self.log.create_topic(topic_key(project, name))
+        topic = Topic(project.uuid, name, now_ns(), [], schema_uuid, request.retention_s)
+        self.log.create_topic(topic_key(project, name), request.retention_s)
         if not self.store.create_topic(topic):
             raise AmsError.conflict("Topic")
         return topic

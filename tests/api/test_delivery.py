@@ -90,7 +90,7 @@ def test_a_plain_subscription_shows_none_of_the_new_fields(api: Api, project: st
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
-        ({"messageRetentionDuration": "3600s"}, "messageRetentionDuration is not supported"),
+        ({"messageRetentionDuration": "3600s"}, "messageRetentionDuration is a topic's"),
         ({"filter": 'attributes.a = "1" OR'}, "Invalid filter: "),
         ({"retryPolicy": {"minimumBackoff": "700s"}}, "retryPolicy needs"),
         ({"deadLetterPolicy": {"deadLetterTopic": "projects/x/topics/y"}}, "must be in the subscription's project"),
@@ -105,10 +105,16 @@ def test_what_the_server_cannot_honour_is_refused_not_dropped(
     assert says in error_of(r)["message"]
 
 
-def test_a_topic_retention_is_refused_until_honoured(api: Api, project: str) -> None:
-    r = api.put(f"/projects/{project}/topics/{unique('topic')}", {"messageRetentionDuration": "600s"})
+def test_a_topic_keeps_its_own_retention(api: Api, project: str) -> None:
+    name = unique("topic")
+    shown = api.ok("PUT", f"/projects/{project}/topics/{name}", {"messageRetentionDuration": "3600s"})
+    assert shown["messageRetentionDuration"] == "3600s"
+    assert api.ok("GET", f"/projects/{project}/topics/{name}")["messageRetentionDuration"] == "3600s"
+    r = api.put(f"/projects/{project}/topics/{unique('topic')}", {"messageRetentionDuration": "60s"})
     assert r.status_code == 400
-    assert "messageRetentionDuration" in error_of(r)["message"]
+    assert "messageRetentionDuration must be" in error_of(r)["message"]
+    plain = api.ok("PUT", f"/projects/{project}/topics/{unique('topic')}")
+    assert "messageRetentionDuration" not in plain
 
 
 def test_a_dead_letter_topic_must_exist(api: Api, project: str, topic: str) -> None:

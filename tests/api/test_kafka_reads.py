@@ -153,3 +153,23 @@ def test_a_read_interrupted_during_its_broker_call_leaves_the_reader_to_it(log: 
         assert reader.lock.locked()  # its broker call still runs in the pool and owns the reader
     check(log.read(key, 0, 10, 10**7), 0, 10)  # waits for that call to end, then reads
     assert not reader.lock.locked()
+
+
+def test_a_topic_made_with_a_retention_of_its_own_tells_the_broker(log: kafka_log.KafkaMessageLog) -> None:
+    """messageRetentionDuration is the Kafka topic's retention.ms; made again without one, the
+    topic goes back to the log's."""
+    from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
+
+    key = unique("retention").replace("-", "") + ".t"
+    log.create_topic(key, 3600)
+    log.created.append(key)  # type: ignore[attr-defined]
+
+    def retention_ms() -> str:
+        resource = ConfigResource(ResourceType.TOPIC, key)
+        for future in log._admin.describe_configs([resource]).values():
+            return str(future.result(10)["retention.ms"].value)
+        raise AssertionError("no answer")
+
+    assert retention_ms() == "3600000"
+    log.create_topic(key)
+    assert retention_ms() == str(log.retention_ms)

@@ -34,7 +34,14 @@ from typing import Any, TypeVar
 
 import gevent
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 from gevent import monkey
 from gevent.event import Event
 from gevent.lock import Semaphore
@@ -343,9 +350,11 @@ class KafkaMessageLog:
             self._delivery_pool.kill()
 
     # ----------------------------------------------------------------- topics ---------------
-    def create_topic(self, key: str) -> None:
+    def create_topic(self, key: str, retention_seconds: int = 0) -> None:
+        retention_ms = retention_seconds * 1000 if retention_seconds > 0 else self.retention_ms
+
         def create() -> None:
-            config = {"retention.ms": str(self.retention_ms), "max.message.bytes": str(self.max_record_bytes)}
+            config = {"retention.ms": str(retention_ms), "max.message.bytes": str(self.max_record_bytes)}
             futures = self._admin.create_topics(
                 [NewTopic(key, num_partitions=1, replication_factor=self.replication_factor, config=config)],
                 request_timeout=self.timeout,
@@ -356,9 +365,16 @@ class KafkaMessageLog:
                 except KafkaException as exc:
                     if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                         raise
+                    self._set_retention(key, retention_ms)  # made again: this topic's retention
             self._wait_for_leader(key)
 
         self._run(create)
+
+    def _set_retention(self, key: str, retention_ms: int) -> None:
+        entry = ConfigEntry("retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ResourceType.TOPIC, key, incremental_configs=[entry])
+        for future in self._admin.incremental_alter_configs([resource]).values():
+            future.result(self.timeout)
 
     def _wait_for_leader(self, key: str) -> None:
         """Return once the cluster's metadata names a leader for the topic's partition: the brokers

@@ -39,6 +39,8 @@ MIGRATIONS = (
     BASELINE,
     # 2: messages keep their ordering key (docs/delivery.md)
     "ALTER TABLE messages ADD COLUMN ordering_key TEXT NOT NULL DEFAULT '';",
+    # 3: a topic's own retention (messageRetentionDuration), 0 for the log's
+    "ALTER TABLE log_topics ADD COLUMN retention_ns INTEGER NOT NULL DEFAULT 0;",
 )
 
 #: How often waiting pulls re-check the log when nothing woke them (another process may write).
@@ -50,9 +52,8 @@ class SqliteMessageLog:
         self.db = SqliteDb(path, MIGRATIONS)
         self._notifier = AppendNotifier(_RECHECK_SECONDS)
         self._retention_ns = retention_seconds * 1_000_000_000
-        self._janitor: Any = None
-        if retention_seconds > 0:
-            self._janitor = gevent.spawn(self._retention_loop)
+        # always: a topic may have a retention of its own when the log keeps messages forever
+        self._janitor: Any = gevent.spawn(self._retention_loop)
 
     def ping(self) -> None:
         self.db.read(lambda c: c.execute("SELECT 1").fetchone())
@@ -63,14 +64,15 @@ class SqliteMessageLog:
         self._notifier.wake_all()
         self.db.close()
 
-    def create_topic(self, key: str) -> None:
+    def create_topic(self, key: str, retention_seconds: int = 0) -> None:
         # A topic's counter outlives the topic: offsets (message ids) are never reused.
-        self.db.run(
-            lambda c: c.execute(
-                "INSERT OR IGNORE INTO log_topics (key, next_offset, min_offset, last_ns) VALUES (?,0,0,0)",
-                (key,),
+        def tx(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR IGNORE INTO log_topics (key, next_offset, min_offset, last_ns) VALUES (?,0,0,0)", (key,)
             )
-        )
+            conn.execute("UPDATE log_topics SET retention_ns=? WHERE key=?", (retention_seconds * 1_000_000_000, key))
+
+        self.db.run(tx)
 
     def delete_topic(self, key: str) -> None:
         def tx(conn: sqlite3.Connection) -> None:
@@ -161,11 +163,22 @@ class SqliteMessageLog:
         self._notifier.wait(key, marker, timeout)
 
     def purge_expired(self) -> int:
-        """Remove messages past retention; return how many went."""
-        cutoff = now_ns() - self._retention_ns
+        """Remove messages past retention (a topic's own, or the log's); return how many went."""
+        now = now_ns()
 
         def tx(conn: sqlite3.Connection) -> int:
-            removed = conn.execute("DELETE FROM messages WHERE publish_ns < ?", (cutoff,)).rowcount
+            removed = 0
+            own = conn.execute("SELECT key, retention_ns FROM log_topics WHERE retention_ns > 0").fetchall()
+            for key, retention_ns in own:
+                removed += conn.execute(
+                    "DELETE FROM messages WHERE key=? AND publish_ns < ?", (key, now - retention_ns)
+                ).rowcount
+            if self._retention_ns > 0:
+                removed += conn.execute(
+                    "DELETE FROM messages WHERE publish_ns < ?"
+                    " AND key IN (SELECT key FROM log_topics WHERE retention_ns = 0)",
+                    (now - self._retention_ns,),
+                ).rowcount
             if removed:
                 conn.execute(
                     "UPDATE log_topics SET min_offset = COALESCE("

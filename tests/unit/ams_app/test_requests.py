@@ -171,7 +171,7 @@ def test_the_per_message_fields_of_a_new_subscription_are_read_and_checked() -> 
         ("filter", 7, "filter must be a string"),
         ("enableMessageOrdering", "often", "enableMessageOrdering must be a boolean"),
         ("retainAckedMessages", "sometimes", "retainAckedMessages must be a boolean"),
-        ("messageRetentionDuration", "600s", "messageRetentionDuration is not supported"),
+        ("messageRetentionDuration", "600s", "messageRetentionDuration is a topic's on this server"),
     ],
 )
 def test_per_message_fields_that_cannot_be_honoured_are_refused(field: str, value: Any, says: str) -> None:
@@ -196,10 +196,13 @@ def test_an_ordering_key_is_kept_and_bounded() -> None:
     )
 
 
-def test_a_topic_retention_is_refused_until_it_is_honoured() -> None:
-    assert "messageRetentionDuration is not supported" in (
-        refused(requests.new_topic, {"messageRetentionDuration": "600s"}, "p").message
-    )
+def test_a_topic_retention_is_whole_seconds_from_ten_minutes_to_31_days() -> None:
+    assert requests.new_topic({"messageRetentionDuration": "600s"}, "p") == requests.NewTopic("", 600)
+    assert requests.new_topic({"messageRetentionDuration": "2678400s"}, "p").retention_s == 2678400
+    assert requests.new_topic({}, "p").retention_s == 0
+    for bad in ("599s", "2678401s", "600.5s", "10m", "-600s"):
+        message = refused(requests.new_topic, {"messageRetentionDuration": bad}, "p").message
+        assert message.startswith("messageRetentionDuration must be"), (bad, message)
 
 
 def test_an_offset_is_required_and_integral() -> None:
