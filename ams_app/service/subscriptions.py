@@ -31,9 +31,9 @@ from ams_app.service.usage import UsageCounters
 from ams_app.timeutil import now_ns, parse_iso8601_ns
 
 _INT64 = (-(2**63), 2**63 - 1)
-#: Reads a pull makes before it answers with nothing when what it read was all filtered out or
-#: held back by ordering.
-_LOOK_FURTHER = 8
+#: Seconds a pull goes on reading while what it reads is all turned away by the filter (each read
+#: acknowledges what it turned away, so the next reads further on).
+_FILTER_READS_SECONDS = 0.5
 #: How far past its first message an ordered pull reads, looking for keys that may go.
 _ORDERED_WINDOW = 1000
 _NO_LOCK = contextlib.nullcontext()
@@ -224,15 +224,18 @@ class SubscriptionOps(PushOps):
             marker = self.log.marker(key)
             if policy.max_attempts:
                 self._hand_off_dead(project, sub, key, policy)
-            for _ in range(_LOOK_FURTHER):  # a read may find nothing to deliver (filtered, held back)
-                found = self._deliver(project, sub, key, max_messages, policy, wanted)
-                if found is None:
-                    break
+            reading_until = time.monotonic() + _FILTER_READS_SECONDS
+            while True:
+                found, filtered = self._deliver(project, sub, key, max_messages, policy, wanted)
                 if found:
                     size = sum(len(m.data) for m, _ in found)
                     self.usage.consumed(project.uuid, sub.name, len(found), size, now_ns())
                     shown = sub.dead_letter
                     return [Delivery(_ack_id(prefix, m.offset, a), m, a if shown else None) for m, a in found]
+                # nothing to deliver: read on only past what the filter turned away (held back by
+                # ordering, the same read would find the same)
+                if not filtered or time.monotonic() > reading_until:
+                    break
             remaining = give_up - time.monotonic()
             if remaining <= 0 or self.stopping.is_set():
                 return []
@@ -247,8 +250,8 @@ class SubscriptionOps(PushOps):
         max_messages: int,
         policy: dl.Policy,
         wanted: Callable[[StoredMessage], bool],
-    ) -> list[tuple[StoredMessage, int]] | None:
-        """One reserve, read, finish; None when nothing could be reserved."""
+    ) -> tuple[list[tuple[StoredMessage, int]], bool]:
+        """One reserve, read, finish: what it delivers, and whether the filter turned any away."""
         window = max(4 * max_messages, _ORDERED_WINDOW) if policy.ordered else max(2 * max_messages, 100)
         low, high = self.log.bounds(key)
         now = now_ns()
@@ -276,7 +279,7 @@ class SubscriptionOps(PushOps):
 
             result = self._cursor_op(project, sub, whole)
             if result is None:
-                return None
+                return [], False
             messages, delivered = result
         else:
             owned = subscription_key(project.uuid, sub.name)
@@ -284,7 +287,7 @@ class SubscriptionOps(PushOps):
             with lock:  # ordered: what one pull learns of the keys, the next must know
                 r = self.owners.change(owned, reserve, durable=durable)
                 if r is None:
-                    return None
+                    return [], False
                 try:
                     messages, reads = read(r)
                 finally:
@@ -292,7 +295,8 @@ class SubscriptionOps(PushOps):
                         owned, lambda c: dl.finish(c, r, reads, now, policy), durable=durable
                     )
         by_offset = {m.offset: m for m in messages}
-        return [(by_offset[offset], attempt) for offset, attempt in delivered]
+        filtered = not delivered and any(not wanted(m) for m in messages)
+        return [(by_offset[offset], attempt) for offset, attempt in delivered], filtered
 
     def _hand_off_dead(self, project: Project, sub: Subscription, key: str, policy: dl.Policy) -> None:
         """Publish the messages out of attempts to the dead-letter topic, then acknowledge them:

@@ -210,6 +210,14 @@ def test_a_filter_delivers_the_matching_messages_and_acknowledges_the_others(
     assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["current"] == 5
 
 
+def test_a_pull_reads_past_many_messages_the_filter_turns_away(api: Api, project: str, topic: str) -> None:
+    sub = make_sub(api, project, topic, filter="attributes:wanted")
+    publish(api, project, topic, *[{"text": f"skip{i}", "attributes": {"other": "1"}} for i in range(900)])
+    publish(api, project, topic, {"text": "needle", "attributes": {"wanted": "1"}})
+    got = api.pull(project, sub, 10)  # returnImmediately: still found, past nine hundred others
+    assert [text(m) for m in got] == ["needle"]
+
+
 def test_a_malformed_filter_says_where_it_fails(api: Api, project: str, topic: str) -> None:
     body = {
         "topic": f"projects/{project}/topics/{topic}",
