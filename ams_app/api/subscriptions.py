@@ -79,7 +79,8 @@ def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
 def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
     found = ctx.svc.subscription(ctx.proj, subscription)
     refs = requests.acknowledgement(body(), ctx.proj.name, found.name)
-    ctx.svc.acknowledge(ctx.proj, found, refs, received_ns())
+    # the AMS meaning on a plain subscription: an ack id acknowledges its pull up to it
+    ctx.svc.acknowledge(ctx.proj, found, refs, received_ns(), cumulative=not found.per_message)
     return ok({})
 
 

@@ -160,14 +160,15 @@ def _settle_acks(c: Cursor, offsets: Iterable[int]) -> Cursor:
 
 # --- time passing --------------------------------------------------------------------------------
 def settle(cursor: Cursor, now_ns: int, policy: Policy) -> Cursor:
-    """Leases that ran out become messages given back, with the deliveries they had."""
+    """Leases that ran out become messages given back, with the deliveries they had; on a plain
+    subscription (attempts not counted) they are simply free again."""
     c = _copy(cursor)
     live: list[Lease] = []
     for lease in c.leases:
-        if expired(lease, now_ns):
-            c.retries.append(_given_back(lease.start, lease.end, lease.attempt, expiry_ns(lease), policy, lease.key))
-        else:
+        if not expired(lease, now_ns):
             live.append(lease)
+        elif policy.tracked:
+            c.retries.append(_given_back(lease.start, lease.end, lease.attempt, expiry_ns(lease), policy, lease.key))
     c.leases = live
     c.retries = _merged(c.retries)
     return c

@@ -30,6 +30,13 @@ SNAPSHOT_LIFE_NS = 7 * 24 * 3600 * NS
 SNAPSHOT_MIN_LIFE_NS = 3600 * NS
 
 
+def expiry_ns(oldest_unacked_ns: int, retention_s: int) -> int:
+    """When a snapshot expires: seven days after the publication of the oldest message it does not
+    acknowledge (its creation when there is none), and no later than that message leaves the log."""
+    life = SNAPSHOT_LIFE_NS if retention_s <= 0 else min(SNAPSHOT_LIFE_NS, retention_s * NS)
+    return oldest_unacked_ns + life
+
+
 class SnapshotOps(ServiceBase):
     @property
     def _snapshots(self) -> SnapshotStore:
@@ -55,13 +62,11 @@ class SnapshotOps(ServiceBase):
         if state.offset < high:
             oldest = self.log.peek(key, state.offset)
             oldest_ns = oldest.publish_ns if oldest is not None else now
-        expire = oldest_ns + SNAPSHOT_LIFE_NS
         topic = self.store.get_topic(project.uuid, sub.topic)
-        retention_s = (
-            topic.retention_s if topic is not None and topic.retention_s else self.settings.log_retention_seconds
-        )
-        if retention_s > 0:
-            expire = min(expire, oldest_ns + retention_s * NS)
+        retention_s = self.settings.log_retention_seconds
+        if topic is not None and topic.retention_s:
+            retention_s = topic.retention_s
+        expire = expiry_ns(oldest_ns, retention_s)
         if expire - now < SNAPSHOT_MIN_LIFE_NS:
             raise AmsError.generic_conflict(
                 "The subscription's oldest unacknowledged message leaves the log within the hour: no snapshot"

@@ -402,17 +402,24 @@ class SubscriptionOps(PushOps):
         assert self.owners is not None
         self.owners.change(owned, lambda c: (cur.trim_lease(c, start, delivered_ns, end), None), durable=False)
 
-    def acknowledge(self, project: Project, sub: Subscription, refs: list[AckRef], received_ns: int) -> None:
+    def acknowledge(
+        self, project: Project, sub: Subscription, refs: list[AckRef], received_ns: int, *, cumulative: bool
+    ) -> dict[int, str]:
         """Acknowledge the messages; in time when the request came in (``received_ns``) before its
         lease expired, however long it then waited (for a subscription's owner to change hands).
-        On a plain subscription an ack id acknowledges the earlier messages of its pull too, and a
-        wrong id fails the request; with per-message delivery each id stands alone
-        (docs/delivery.md)."""
-        if sub.per_message:
+
+        Each id on its own (docs/delivery.md): what could not be taken is answered by index of
+        ``refs``, and on an exactly-once subscription refused in a 400 that names the ids.
+        ``cumulative`` is the AMS API's meaning, which its edge asks for on a plain subscription
+        only: an ack id acknowledges the earlier messages of its pull too, and a wrong id fails
+        the whole request as the original's did."""
+        if not cumulative:
             policy = dl.policy_of(sub)
-            failed = self._cursor_op(project, sub, lambda c: dl.acknowledge(c, refs, received_ns, policy))
+            failed: dict[int, str] = self._cursor_op(
+                project, sub, lambda c: dl.acknowledge(c, refs, received_ns, policy)
+            )
             self._refused_ids(project, sub, refs, failed)
-            return
+            return failed
         offsets = [offset for offset, _ in refs]
 
         def ack(cursor: Cursor) -> tuple[Cursor | None, cur.AckError | None]:
@@ -423,7 +430,7 @@ class SubscriptionOps(PushOps):
 
         problem = self._cursor_op(project, sub, ack)
         if problem is None:
-            return
+            return {}
         if problem.problem is cur.AckProblem.TIMEOUT:
             raise AmsError.timeout() from problem
         if problem.problem is cur.AckProblem.NO_PENDING:

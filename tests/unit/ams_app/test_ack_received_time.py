@@ -42,9 +42,31 @@ def test_the_time_the_ack_came_in_decides_whether_it_is_late(service: InProcessS
     offset = _pull(service)
     sub = svc.subscription(project, "s")
     with pytest.raises(AmsError) as late:  # served now, but came in after the 1 s deadline
-        svc.acknowledge(project, sub, [(offset, None)], now_ns() + 3 * SECOND)
+        svc.acknowledge(project, sub, [(offset, None)], now_ns() + 3 * SECOND, cumulative=True)
     assert late.value.code == 408
     offset = _pull(service)  # the late ack gave the message back: it comes again
     came_in = now_ns()
-    svc.acknowledge(project, svc.subscription(project, "s"), [(offset, None)], came_in)  # in time
+    svc.acknowledge(project, svc.subscription(project, "s"), [(offset, None)], came_in, cumulative=True)  # in time
     assert svc.offsets(project, "s")["current"] == offset + 1
+
+
+def test_the_service_acknowledges_each_id_alone_unless_the_ams_edge_asks_for_its_pull(tmp_path: Path) -> None:
+    """The service's acknowledge is per id (what Pub/Sub's clients send, docs/delivery.md); the AMS
+    API's cumulative meaning on a plain subscription is the edge's translation."""
+    srv = InProcessServer(tmp_path / "data", token="t")
+    try:
+        api = srv.api()
+        api.ok("POST", "/projects/p", {})
+        api.ok("PUT", "/projects/p/topics/t")
+        api.ok("PUT", "/projects/p/subscriptions/s", {"topic": "projects/p/topics/t"})
+        api.ok("POST", "/projects/p/topics/t:publish", {"messages": [{"data": b64(x)} for x in "abcd"]})
+        api.ok("POST", "/projects/p/subscriptions/s:pull", {"maxMessages": 4, "returnImmediately": True})
+        svc: AmsService = srv.app.extensions["ams"]
+        project = svc.project("p")
+        sub = svc.subscription(project, "s")
+        assert svc.acknowledge(project, sub, [(2, None)], now_ns(), cumulative=False) == {}
+        assert svc.offsets(project, "s")["current"] == 0  # 0 and 1 are still out
+        assert svc.acknowledge(project, sub, [(3, None)], now_ns(), cumulative=True) == {}
+        assert svc.offsets(project, "s")["current"] == 4  # the AMS meaning: its pull up to it
+    finally:
+        srv.stop()

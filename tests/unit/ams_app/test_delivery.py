@@ -244,3 +244,21 @@ def test_the_policy_follows_the_subscription() -> None:
     sub = Subscription("p", "s", "t", min_backoff_ms=10_000, max_backoff_ms=600_000)
     sub.dead_letter_topic, sub.max_delivery_attempts = "dead", 5
     assert dl.policy_of(sub) == Policy(True, 10 * S, 600 * S, 5, False, False)
+
+
+def test_a_snapshot_lives_seven_days_from_its_oldest_message_and_never_past_the_retention() -> None:
+    from ams_app.service.snapshots import expiry_ns
+
+    day = 24 * 3600
+    assert expiry_ns(T0, 0) == T0 + 7 * day * S  # the log keeps forever: seven days
+    assert expiry_ns(T0, 30 * day) == T0 + 7 * day * S
+    assert expiry_ns(T0, 3600) == T0 + 3600 * S  # a topic keeping an hour: an hour from that message
+
+
+def test_a_plain_subscription_keeps_nothing_of_a_lease_that_ran_out() -> None:
+    found = cur.next_free_range(Cursor(), 0, 5, T0, 5)
+    assert found is not None
+    c = cur.with_lease(found[0], 0, 5, T0, 10)
+    settled = dl.settle(c, T0 + 20 * S, dl.PLAIN)
+    assert (settled.leases, settled.retries) == ([], [])
+    assert dl.settle(c, T0 + 20 * S, TRACKED).retries[0].attempts == 1
