@@ -214,7 +214,7 @@ class UsageBatch:
         return not (self.topics or self.subs or self.daily)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Lease:
     """Messages [start, end) handed out by one pull, not yet acknowledged."""
 
@@ -227,7 +227,7 @@ class Lease:
     key: str = ""  # the ordering key of its one message (subscriptions with message ordering)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Retry:
     """Messages [start, end) given back (nacked, or their lease ran out) and not yet delivered
     again: kept only on subscriptions that count delivery attempts (docs/delivery.md)."""

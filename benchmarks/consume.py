@@ -6,13 +6,15 @@ nodes (tools/cluster.py), fresh and after the store has grown a history.
                                            [--max-messages 100] [--runs 3] [--via nodes|haproxy]
                                            [--history 0] [--history-messages 5000] [--consume-owner on|off]
                                            [--metadata-cache on|off] [--cpu]
+                                           [--ordering-keys 0] [--filter-half] [--exactly-once]
 
 Starts the cluster (NODES `ams serve` on the kafka backend, haproxy in front) on a database of its
 own, then for each run: a topic and a subscription (ack deadline 600 s), MESSAGES of SIZE random bytes
 published 500 per request, then CONSUMERS processes that pull MAX_MESSAGES (returnImmediately) and
-acknowledge the last ackId of each pull, until the subscription's offset reaches the end of the
-topic. Consumer i talks to node i mod NODES over plain HTTP (--via nodes, the default: the consumers
-spread over the nodes), or all of them to haproxy over TLS (--via haproxy).
+acknowledge the last ackId of each pull (every ackId of it on a per-message subscription, below),
+until the subscription's offset reaches the end of the topic. Consumer i talks to node i mod NODES
+over plain HTTP (--via nodes, the default: the consumers spread over the nodes), or all of them to
+haproxy over TLS (--via haproxy).
 
 It prints, per run and as the median of the runs: messages per second, the p50 and p99 of a pull+ack
 pair, the answers that were not 200 by status (a 503 is contention), and how many messages came
@@ -24,6 +26,26 @@ off measures the compare-and-swap on the store. --metadata-cache (on by default)
 metadata_cache. --cpu prints, after each measured run, the CPU seconds that each process on the
 machine (nodes, Kafka, FerretDB, consumers) spent during it, from /proc. The cluster and its
 database are removed at the end. Loopback only; bounded by --timeout per run.
+
+Three options make the subscriptions per-message (docs/delivery.md), alone or together, in every
+run and round of history; the header line names them (``delivery=plain`` without):
+
+- ``--ordering-keys N`` (0, the default: none): the subscription has ``enableMessageOrdering``, and
+  message i is published with ``orderingKey`` ``k{i mod N}``. A pull then delivers at most one
+  message per key, and none of a key with a message out: N bounds the messages per pull, and
+  the consumers that find nothing free pull again until the offset reaches the end.
+- ``--filter-half``: the subscription has the filter ``attributes.half = "yes"`` and the messages
+  alternate ``half`` = ``yes``/``no`` (the first is yes): half of them are delivered, and the others
+  are acknowledged by the pulls that read them, so the offset still reaches the end. ``messages``
+  and ``msg_per_s`` then count the messages delivered (the matching half); ``went_through`` and
+  ``went_through_per_s`` count all those the subscription's offset went over, both halves.
+- ``--exactly-once``: the subscription has ``enableExactlyOnceDelivery``; an ack that refuses some
+  ids (a 400 with ``ackIdErrors``) counts among the answers not 200, and the ids it took count as
+  consumed.
+
+On a per-message subscription an ackId acknowledges its own message only, so the consumers
+acknowledge every ackId of each pull in one request; "more than once" still counts the message ids
+that came more than once.
 
 Each run also prints the machine's idle and stolen CPU time during it (%, /proc/stat), and the
 header and the end a reference figure: a fixed pure-Python loop's time on one core. Figures from
@@ -126,6 +148,51 @@ class Client:
         return json.loads(r.data) if r.data else None
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """The subscription's per-message options (module docstring); none: a plain subscription."""
+
+    ordering_keys: int = 0
+    filter_half: bool = False
+    exactly_once: bool = False
+
+    @property
+    def per_message(self) -> bool:
+        """An ackId acknowledges its own message only: the consumers acknowledge every one."""
+        return bool(self.ordering_keys or self.filter_half or self.exactly_once)
+
+    def subscription(self, topic: str) -> dict[str, Any]:
+        body: dict[str, Any] = {"topic": f"projects/{PROJECT}/topics/{topic}", "ackDeadlineSeconds": 600}
+        if self.ordering_keys:
+            body["enableMessageOrdering"] = True
+        if self.filter_half:
+            body["filter"] = 'attributes.half = "yes"'
+        if self.exactly_once:
+            body["enableExactlyOnceDelivery"] = True
+        return body
+
+    def message(self, i: int, data: str) -> dict[str, Any]:
+        """The i-th message published (from 0)."""
+        message: dict[str, Any] = {"data": data}
+        if self.ordering_keys:
+            message["orderingKey"] = f"k{i % self.ordering_keys}"
+        if self.filter_half:
+            message["attributes"] = {"half": "yes" if i % 2 == 0 else "no"}
+        return message
+
+    def delivered(self, messages: int) -> int:
+        """How many of ``messages`` published the subscription delivers."""
+        return (messages + 1) // 2 if self.filter_half else messages
+
+    def label(self) -> str:
+        if not self.per_message:
+            return "delivery=plain"
+        named = [f"orderingKeys={self.ordering_keys}"] if self.ordering_keys else []
+        named += ["filter=half"] if self.filter_half else []
+        named += ["exactlyOnce"] if self.exactly_once else []
+        return f"delivery=per-message({','.join(named)})"
+
+
 @dataclass
 class Outcome:
     consumed: int = 0
@@ -134,8 +201,18 @@ class Outcome:
     ids: collections.Counter[str] = field(default_factory=collections.Counter)
 
 
-def consumer(target: Target, sub: str, max_messages: int, deadline: float, out: Any) -> None:
-    """One consumer process: pull, ack the last, until the subscription is at the end of its topic."""
+def refused_ids(response: urllib3.BaseHTTPResponse) -> set[str]:
+    """The ackIds a 400 to an acknowledgement names as not taken (the others were), if it does."""
+    if response.status != 400:
+        return set()
+    with contextlib.suppress(ValueError, TypeError, AttributeError):
+        return set(orjson.loads(response.data)["error"].get("ackIdErrors") or {})
+    return set()
+
+
+def consumer(target: Target, sub: str, max_messages: int, deadline: float, out: Any, ack_all: bool = False) -> None:
+    """One consumer process: pull, ack the last (``ack_all``: every ackId of the pull, for a
+    per-message subscription), until the subscription is at the end of its topic."""
     client = Client(target)
     result = Outcome()
     base = f"/projects/{PROJECT}/subscriptions/{sub}"
@@ -154,26 +231,29 @@ def consumer(target: Target, sub: str, max_messages: int, deadline: float, out: 
                 break
             time.sleep(0.005)
             continue
-        a = client.request("POST", f"{base}:acknowledge", {"ackIds": [got[-1]["ackId"]]})
+        ack_ids = [m["ackId"] for m in got] if ack_all else [got[-1]["ackId"]]
+        a = client.request("POST", f"{base}:acknowledge", {"ackIds": ack_ids})
         if a.status != 200:
             result.errors[a.status] += 1
-            continue  # not acknowledged: the lease expires and the messages come again
+            refused = refused_ids(a) if ack_all else set()
+            if not refused:
+                continue  # not acknowledged: the lease expires and the messages come again
+            got = [m for m in got if m["ackId"] not in refused]  # exactly-once: the others were taken
+            if not got:
+                continue
         result.pairs.append(time.perf_counter() - started)
         result.consumed += len(got)
         result.ids.update(m["message"]["messageId"] for m in got)
     out.put(result)
 
 
-def fill(client: Client, topic: str, sub: str, messages: int, size: int) -> None:
+def fill(client: Client, topic: str, sub: str, messages: int, size: int, mode: Delivery = Delivery()) -> None:
     client.ok("PUT", f"/projects/{PROJECT}/topics/{topic}")
-    client.ok("PUT", f"/projects/{PROJECT}/subscriptions/{sub}",
-              {"topic": f"projects/{PROJECT}/topics/{topic}", "ackDeadlineSeconds": 600})  # fmt: skip
+    client.ok("PUT", f"/projects/{PROJECT}/subscriptions/{sub}", mode.subscription(topic))
     data = base64.b64encode(os.urandom(size)).decode()
-    left = messages
-    while left > 0:
-        n = min(PUBLISH_BATCH, left)
-        client.ok("POST", f"/projects/{PROJECT}/topics/{topic}:publish", {"messages": [{"data": data}] * n})
-        left -= n
+    for first in range(0, messages, PUBLISH_BATCH):
+        batch = [mode.message(i, data) for i in range(first, min(first + PUBLISH_BATCH, messages))]
+        client.ok("POST", f"/projects/{PROJECT}/topics/{topic}:publish", {"messages": batch})
 
 
 def cpu_ticks() -> dict[int, tuple[int, str]]:
@@ -230,13 +310,24 @@ def reference_ms() -> float:
 
 
 def consume(
-    targets: list[Target], sub: str, consumers: int, max_messages: int, timeout: float, cpu: bool = False
+    targets: list[Target],
+    sub: str,
+    consumers: int,
+    max_messages: int,
+    timeout: float,
+    cpu: bool = False,
+    mode: Delivery = Delivery(),
+    published: int = 0,
 ) -> dict[str, Any]:
+    """Drain ``sub`` with ``consumers`` processes. ``published``: the messages its topic has, for
+    ``went_through`` (with --filter-half, where fewer are delivered)."""
     context = multiprocessing.get_context("spawn")
     out = context.Queue()
     deadline = time.monotonic() + timeout
     processes = [
-        context.Process(target=consumer, args=(targets[i % len(targets)], sub, max_messages, deadline, out))
+        context.Process(
+            target=consumer, args=(targets[i % len(targets)], sub, max_messages, deadline, out, mode.per_message)
+        )
         for i in range(consumers)
     ]
     before = cpu_ticks() if cpu else {}
@@ -257,10 +348,12 @@ def consume(
     for r in results:
         ids.update(r.ids)
         errors.update(r.errors)
+    through = {"went_through": published, "went_through_per_s": round(published / took)} if mode.filter_half else {}
     return {
-        "messages": len(ids),
+        "messages": len(ids),  # delivered: with --filter-half, the matching half
         "seconds": round(took, 2),
         "msg_per_s": round(len(ids) / took),
+        **through,
         "pair_p50_ms": round(statistics.median(pairs) * 1000, 1) if pairs else None,
         "pair_p99_ms": round(percentile(pairs, 0.99) * 1000, 1),
         "errors": dict(errors),
@@ -271,18 +364,32 @@ def consume(
 
 def measure(args: argparse.Namespace, admin: Client, targets: list[Target], label: str) -> list[dict[str, Any]]:
     runs = []
+    mode = delivery(args)
+    expected = mode.delivered(args.messages)
     for run in range(args.runs):
         name = uuid.uuid4().hex[:8]
-        fill(admin, f"t-{name}", f"s-{name}", args.messages, args.size)
-        figures = consume(targets, f"s-{name}", args.consumers, args.max_messages, args.timeout, args.cpu)
-        if figures["messages"] != args.messages:
-            raise RuntimeError(f"{label} run {run + 1}: {figures['messages']} of {args.messages} messages consumed")
+        fill(admin, f"t-{name}", f"s-{name}", args.messages, args.size, mode)
+        figures = consume(
+            targets, f"s-{name}", args.consumers, args.max_messages, args.timeout, args.cpu, mode, args.messages
+        )
+        if figures["messages"] != expected:
+            raise RuntimeError(f"{label} run {run + 1}: {figures['messages']} of {expected} messages consumed")
         print(f"{label} run {run + 1}: {figures}", flush=True)
         runs.append(figures)
     rates = [r["msg_per_s"] for r in runs]
     p99s = [r["pair_p99_ms"] for r in runs]
-    print(f"{label}: median {statistics.median(rates):,.0f} msg/s, median p99 {statistics.median(p99s)} ms", flush=True)
+    through = ""
+    if mode.filter_half:
+        through = f" delivered, {statistics.median(r['went_through_per_s'] for r in runs):,.0f} msg/s gone through"
+    print(
+        f"{label}: median {statistics.median(rates):,.0f} msg/s{through}, median p99 {statistics.median(p99s)} ms",
+        flush=True,
+    )
     return runs
+
+
+def delivery(args: argparse.Namespace) -> Delivery:
+    return Delivery(args.ordering_keys, args.filter_half, args.exactly_once)
 
 
 def main() -> int:
@@ -306,7 +413,16 @@ def main() -> int:
     )
     parser.add_argument("--cpu", action="store_true", help="print each process's CPU seconds during each run")
     parser.add_argument("--timeout", type=float, default=900, help="seconds a run may take")
+    parser.add_argument(
+        "--ordering-keys", type=int, default=0, help="enableMessageOrdering, message i with orderingKey k{i mod N}"
+    )
+    parser.add_argument(
+        "--filter-half", action="store_true", help='filter attributes.half = "yes", which half of the messages match'
+    )
+    parser.add_argument("--exactly-once", action="store_true", help="enableExactlyOnceDelivery")
     args = parser.parse_args()
+    if args.ordering_keys < 0:
+        parser.error("--ordering-keys must be 0 or more")
 
     database = "ams_bench_consume_" + uuid.uuid4().hex[:8]
     owner = "true" if args.consume_owner == "on" else "false"
@@ -325,7 +441,8 @@ def main() -> int:
         print(
             f"nodes={args.nodes} consumers={args.consumers} via={args.via} messages={args.messages} "
             f"size={args.size}B maxMessages={args.max_messages} consume_owner={args.consume_owner} "
-            f"metadata_cache={args.metadata_cache} cores={os.cpu_count()} reference={reference_ms()}ms",
+            f"metadata_cache={args.metadata_cache} {delivery(args).label()} cores={os.cpu_count()} "
+            f"reference={reference_ms()}ms",
             flush=True,
         )
         measure(args, admin, targets, "fresh")
@@ -333,8 +450,16 @@ def main() -> int:
             started = time.monotonic()
             for _ in range(args.history):
                 name = uuid.uuid4().hex[:8]
-                fill(admin, f"h-{name}", f"h-{name}", args.history_messages, args.size)
-                consume(targets, f"h-{name}", args.consumers, args.max_messages, args.timeout)
+                fill(admin, f"h-{name}", f"h-{name}", args.history_messages, args.size, delivery(args))
+                consume(
+                    targets,
+                    f"h-{name}",
+                    args.consumers,
+                    args.max_messages,
+                    args.timeout,
+                    mode=delivery(args),
+                    published=args.history_messages,
+                )
             print(f"history: {args.history} rounds in {time.monotonic() - started:.0f}s", flush=True)
             measure(args, admin, targets, f"after {args.history} rounds of history")
         print(f"reference at the end: {reference_ms()}ms", flush=True)

@@ -13,6 +13,7 @@ a lease whose end a ``modifyAckDeadline`` moved (``until_ns``) is honoured by bo
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from enum import Enum
 
@@ -32,11 +33,13 @@ def expiry_ns(lease: Lease) -> int:
 
 
 def _copy(cursor: Cursor) -> Cursor:
+    """A cursor whose lists may change without changing ``cursor`` (leases and given-back ranges
+    are frozen: they are shared)."""
     return dataclasses.replace(
         cursor,
-        leases=[dataclasses.replace(lease) for lease in cursor.leases],
+        leases=list(cursor.leases),
         acked=list(cursor.acked),
-        retries=[dataclasses.replace(retry) for retry in cursor.retries],
+        retries=list(cursor.retries),
         deliveries=list(cursor.deliveries),
     )
 
@@ -46,7 +49,11 @@ def normalize(cursor: Cursor, log_min: int) -> Cursor:
     c = _copy(cursor)
     c.offset = max(c.offset, log_min)
     c.leases = sorted(
-        (dataclasses.replace(lease, start=max(lease.start, c.offset)) for lease in c.leases if lease.end > c.offset),
+        (
+            lease if lease.start >= c.offset else dataclasses.replace(lease, start=c.offset)
+            for lease in c.leases
+            if lease.end > c.offset
+        ),
         key=lambda lease: lease.start,
     )
     merged: list[tuple[int, int]] = []
@@ -62,11 +69,18 @@ def normalize(cursor: Cursor, log_min: int) -> Cursor:
         else:
             acked.append((start, end))
     c.acked = [(s, e) for s, e in acked if e > c.offset]
-    c.retries = [
-        dataclasses.replace(r, start=max(r.start, c.offset))
-        for r in c.retries
-        if r.end > c.offset and not any(s <= r.start and r.end <= e for s, e in c.acked)
-    ]
+    if c.retries:
+        starts = [s for s, _ in c.acked]
+
+        def covered(start: int, end: int) -> bool:  # within one acknowledged range
+            i = bisect.bisect_right(starts, start) - 1
+            return i >= 0 and end <= c.acked[i][1]
+
+        c.retries = [
+            r if r.start >= c.offset else dataclasses.replace(r, start=c.offset)
+            for r in c.retries
+            if r.end > c.offset and not covered(r.start, r.end)
+        ]
     return c
 
 

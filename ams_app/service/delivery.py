@@ -32,6 +32,7 @@ the rest of the request is applied.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -104,21 +105,33 @@ def _runs(offsets: Iterable[int]) -> list[tuple[int, int]]:
 
 
 def _cut(items: list[T], runs: list[tuple[int, int]]) -> list[T]:
-    """``items`` without the offsets in ``runs`` (both sorted by start)."""
+    """``items`` (disjoint ranges) without the offsets in ``runs`` (sorted, disjoint): one walk
+    over both."""
     if not runs:
         return items
     out: list[T] = []
-    for item in items:
+    j = 0
+    for item in sorted(items, key=lambda x: x.start):
+        while j < len(runs) and runs[j][1] <= item.start:
+            j += 1
         pos = item.start
-        for s, e in runs:
-            if e <= pos or s >= item.end:
-                continue
+        k = j
+        while k < len(runs) and runs[k][0] < item.end:
+            s, e = runs[k]
             if s > pos:
                 out.append(dataclasses.replace(item, start=pos, end=s))
             pos = max(pos, e)
+            k += 1
         if pos < item.end:
-            out.append(dataclasses.replace(item, start=pos, end=item.end) if pos != item.start else item)
+            out.append(dataclasses.replace(item, start=pos) if pos != item.start else item)
     return out
+
+
+def _state(item: Lease | Retry) -> tuple[object, ...]:
+    """What a range's messages share, its range aside."""
+    if isinstance(item, Lease):
+        return (item.delivered_ns, item.deadline_s, item.attempt, item.until_ns, item.key)
+    return (item.attempts, item.after_ns, item.key, item.dead)
 
 
 def _merged(items: list[T]) -> list[T]:
@@ -126,28 +139,47 @@ def _merged(items: list[T]) -> list[T]:
     out: list[T] = []
     for item in sorted(items, key=lambda x: x.start):
         last = out[-1] if out else None
-        if (
-            last is not None
-            and last.end == item.start
-            and not last.key
-            and not item.key
-            and dataclasses.replace(last, start=0, end=0) == dataclasses.replace(item, start=0, end=0)
-        ):
+        if last is not None and last.end == item.start and not item.key and _state(last) == _state(item):
             out[-1] = dataclasses.replace(last, end=item.end)
         else:
             out.append(item)
     return out
 
 
-def _find(items: list[T], offset: int) -> T | None:
-    for item in items:
-        if item.start <= offset < item.end:
-            return item
-    return None
+class _Index:
+    """Disjoint ranges, to find the one holding an offset by bisection."""
+
+    def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
+        self.ranges = sorted(ranges)
+        self.starts = [s for s, _ in self.ranges]
+
+    def find(self, offset: int) -> int | None:
+        """The position of the range holding ``offset``, if one does."""
+        i = bisect.bisect_right(self.starts, offset) - 1
+        return i if i >= 0 and offset < self.ranges[i][1] else None
 
 
-def _acked(c: Cursor, offset: int) -> bool:
-    return offset < c.offset or any(s <= offset < e for s, e in c.acked)
+class _Ranges:
+    """A cursor's leases, given-back ranges and acknowledged ranges, indexed for many lookups."""
+
+    def __init__(self, c: Cursor) -> None:
+        self.c = c
+        self.leases = sorted(c.leases, key=lambda x: x.start)
+        self.retries = sorted(c.retries, key=lambda x: x.start)
+        self._leases = _Index((x.start, x.end) for x in self.leases)
+        self._retries = _Index((x.start, x.end) for x in self.retries)
+        self._acked = _Index(c.acked)
+
+    def lease(self, offset: int) -> Lease | None:
+        i = self._leases.find(offset)
+        return None if i is None else self.leases[i]
+
+    def retry(self, offset: int) -> Retry | None:
+        i = self._retries.find(offset)
+        return None if i is None else self.retries[i]
+
+    def acked(self, offset: int) -> bool:
+        return offset < self.c.offset or self._acked.find(offset) is not None
 
 
 def _settle_acks(c: Cursor, offsets: Iterable[int]) -> Cursor:
@@ -326,17 +358,17 @@ def _count(c: Cursor, delivered: list[tuple[int, int]]) -> None:
 AckRef = tuple[int, int | None]  # an ack id: the offset, and the attempt when the id names one
 
 
-def _check(c: Cursor, ref: AckRef, now_ns: int, policy: Policy) -> tuple[Lease | Retry | None, str | None]:
+def _check(at: _Ranges, ref: AckRef, now_ns: int, policy: Policy) -> tuple[Lease | Retry | None, str | None]:
     """The lease (or given-back range) an ack id refers to, and why it cannot be used, if so."""
     offset, attempt = ref
-    lease = _find(c.leases, offset)
+    lease = at.lease(offset)
     if lease is not None:
         if policy.exactly_once and attempt is not None and attempt != lease.attempt:
             return None, STALE
         if policy.exactly_once and expired(lease, now_ns):
             return None, EXPIRED
         return lease, None
-    retry = _find(c.retries, offset)
+    retry = at.retry(offset)
     if retry is not None:  # nacked, or its lease ran out: not delivered again yet
         return (None, EXPIRED) if policy.exactly_once else (retry, None)
     return None, UNKNOWN
@@ -347,13 +379,14 @@ def acknowledge(cursor: Cursor, refs: list[AckRef], now_ns: int, policy: Policy)
     Without exactly-once, a message whose lease ran out is still taken (it is not delivered again
     once acknowledged), and a message acknowledged already is no failure."""
     c = settle(cursor, now_ns, policy)
+    at = _Ranges(c)
     failed: dict[int, str] = {}
     done: list[int] = []
     for index, ref in enumerate(refs):
-        _, problem = _check(c, ref, now_ns, policy)
+        _, problem = _check(at, ref, now_ns, policy)
         if problem is None:
             done.append(ref[0])
-        elif problem == UNKNOWN and not policy.exactly_once and _acked(c, ref[0]):
+        elif problem == UNKNOWN and not policy.exactly_once and at.acked(ref[0]):
             continue
         else:
             failed[index] = problem
@@ -369,8 +402,9 @@ def modify_deadline(
     c = settle(cursor, now_ns, policy) if policy.tracked else _copy(cursor)
     failed: dict[int, str] = {}
     chosen: dict[int, Lease] = {}
+    at = _Ranges(c)
     for index, ref in enumerate(refs):
-        found, problem = _check(c, ref, now_ns, policy)
+        found, problem = _check(at, ref, now_ns, policy)
         if isinstance(found, Lease) and not expired(found, now_ns):
             chosen[ref[0]] = found
         else:
@@ -406,7 +440,8 @@ def take_dead(cursor: Cursor, now_ns: int, policy: Policy) -> tuple[Cursor | Non
 def handed_off(cursor: Cursor, offsets: Iterable[int]) -> Cursor:
     """The messages published to the dead-letter topic are acknowledged on their subscription."""
     c = _copy(cursor)
-    moved = [m for m in set(offsets) if not _acked(c, m)]
+    at = _Ranges(c)
+    moved = [m for m in set(offsets) if not at.acked(m)]
     c.dead_lettered += len(moved)
     return _settle_acks(c, moved)
 
