@@ -64,6 +64,14 @@ def schema_ref(project_name: str, ref: Any) -> str:
     return parts[3]
 
 
+def resource_ref(ref: str, kind: str) -> tuple[str, str] | None:
+    """``projects/{project}/{kind}/{name}`` -> (project, name), both well formed; None otherwise."""
+    parts = ref.split("/")
+    if len(parts) != 4 or parts[0] != "projects" or parts[2] != kind:
+        return None
+    return (parts[1], parts[3]) if valid_name(parts[1]) and valid_name(parts[3]) else None
+
+
 def topic_ref(project_name: str, ref: str) -> str:
     """``projects/{project}/topics/{name}`` -> name (the project must be the URL's)."""
     parts = ref.split("/")
@@ -230,14 +238,13 @@ def _dead_letter_policy(raw: Any) -> DeadLetterPolicy | None:
     body = as_object(raw, bad)
     if set(body) - {"deadLetterTopic", "maxDeliveryAttempts"}:
         raise bad
-    ref = opt_str(body, "deadLetterTopic", bad) or ""
-    parts = ref.split("/")
-    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "topics" or not parts[1] or not parts[3]:
+    found = resource_ref(opt_str(body, "deadLetterTopic", bad) or "", "topics")
+    if found is None:
         raise AmsError.invalid_data("deadLetterPolicy.deadLetterTopic must be projects/{project}/topics/{topic}")
     attempts = opt_int(body, "maxDeliveryAttempts", bad) or 5
     if not 5 <= attempts <= 100:
         raise AmsError.invalid_data("deadLetterPolicy.maxDeliveryAttempts must be between 5 and 100")
-    return DeadLetterPolicy(parts[1], parts[3], attempts)
+    return DeadLetterPolicy(*found, attempts)
 
 
 def new_subscription(raw: Any, project_name: str) -> NewSubscription:
@@ -368,12 +375,12 @@ def snapshot_source(raw: Any, project_name: str) -> str:
     """A snapshot's create body: the name of the subscription it is taken of (same project)."""
     bad = AmsError.invalid_data("A snapshot needs its subscription as projects/{project}/subscriptions/{name}")
     body = as_object(raw, bad)
-    parts = (opt_str(body, "subscription", bad) or "").split("/")
-    if len(parts) != 4 or parts[0] != "projects" or parts[2] != "subscriptions" or not valid_name(parts[3]):
+    found = resource_ref(opt_str(body, "subscription", bad) or "", "subscriptions")
+    if found is None:
         raise bad
-    if parts[1] != project_name:
+    if found[0] != project_name:
         raise AmsError.invalid_data("A snapshot is taken of a subscription of its own project")
-    return parts[3]
+    return found[1]
 
 
 @dataclass(frozen=True)
@@ -391,12 +398,12 @@ def seek_target(raw: Any, project_name: str) -> SeekTarget:
     if (snapshot is None) == (when is None):
         raise bad
     if snapshot is not None:
-        parts = snapshot.split("/")
-        if len(parts) != 4 or parts[0] != "projects" or parts[2] != "snapshots" or not valid_name(parts[3]):
+        found = resource_ref(snapshot, "snapshots")
+        if found is None:
             raise bad
-        if parts[1] != project_name:
+        if found[0] != project_name:
             raise AmsError.invalid_data("A subscription seeks to a snapshot of its own project")
-        return SeekTarget(parts[3], 0)
+        return SeekTarget(found[1], 0)
     try:
         ns = parse_iso8601_ns(when or "")
     except ValueError as exc:

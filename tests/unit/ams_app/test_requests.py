@@ -269,3 +269,26 @@ def test_schema_bodies() -> None:
     assert not requests.schema_update({"type": "avro"}, "p").replaces_schema
     assert refused(requests.schema_update, {"other": 1}, "p").message == "Invalid Schema Arguments"
     assert refused(requests.schema_update, {"name": "s"}, "p").message == "wrong schema name declaration"
+
+
+def test_a_snapshot_names_a_subscription_of_its_own_project() -> None:
+    assert requests.snapshot_source({"subscription": "projects/p/subscriptions/s"}, "p") == "s"
+    for wrong in ({}, {"subscription": "s"}, {"subscription": "projects/p/topics/s"}, {"subscription": 7}):
+        assert refused(requests.snapshot_source, wrong, "p").message.startswith("A snapshot needs its subscription")
+    other = {"subscription": "projects/q/subscriptions/s"}
+    assert refused(requests.snapshot_source, other, "p").message == (
+        "A snapshot is taken of a subscription of its own project"
+    )
+
+
+def test_a_seek_goes_to_one_snapshot_or_one_time() -> None:
+    assert requests.seek_target({"snapshot": "projects/p/snapshots/a"}, "p") == requests.SeekTarget("a", 0)
+    assert requests.seek_target({"time": "1970-01-01T00:00:01Z"}, "p") == requests.SeekTarget("", 1_000_000_000)
+    far = requests.seek_target({"time": "9999-12-31T23:59:59Z"}, "p")
+    assert far.time_ns == 2**63 - 1  # beyond what the log's 64 bits hold: the end
+    for wrong in ({}, {"snapshot": "projects/p/snapshots/a", "time": "1970-01-01T00:00:01Z"}, {"snapshot": "a"}):
+        assert refused(requests.seek_target, wrong, "p").message.startswith("A seek needs either")
+    assert refused(requests.seek_target, {"time": "soon"}, "p").message.startswith("time must be an RFC 3339")
+    assert refused(requests.seek_target, {"snapshot": "projects/q/snapshots/a"}, "p").message == (
+        "A subscription seeks to a snapshot of its own project"
+    )
