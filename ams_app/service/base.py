@@ -6,12 +6,12 @@ import random
 import time
 import uuid as uuidlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import gevent
 
 from ams_app import auth
-from ams_app.auth import PROJECT_ADMIN, Caller
+from ams_app.auth import CONSUMER, PROJECT_ADMIN, Caller
 from ams_app.backends.log import MessageLog
 from ams_app.backends.store import InvalidPageToken, MetadataStore
 from ams_app.errors import AmsError
@@ -21,6 +21,9 @@ from ams_app.service.usage import UsageCounters
 from ams_app.service.validation import valid_name
 from ams_app.settings import Settings
 from ams_app.timeutil import now_ns
+
+if TYPE_CHECKING:
+    from ams_app.service.delivery import Backlog
 
 _SWAP_ATTEMPTS = 1000
 _SWAP_SECONDS = 10.0
@@ -32,6 +35,15 @@ _MAX_PAGE_SIZE = 2**31 - 1
 def topic_key(project: Project, topic_name: str) -> str:
     """The log's name for a topic: ``{project uuid}.{topic}``, as the Kafka topic name."""
     return f"{project.uuid}.{topic_name}"
+
+
+def oldest_unacked_age(message_log: MessageLog, key: str, counts: Backlog, now_ns: int) -> float:
+    """Seconds since the publication of a subscription's oldest unacknowledged message (0 with
+    none), read aside (``MessageLog.peek``)."""
+    if counts.total <= 0:
+        return 0.0
+    message = message_log.peek(key, counts.first)
+    return max(0.0, (now_ns - message.publish_ns) / 1e9) if message is not None else 0.0
 
 
 class ServiceBase:
@@ -99,6 +111,11 @@ class ServiceBase:
 
     def _acl_applies(self, caller: Caller, role: str) -> bool:
         return self.settings.per_resource_auth and not caller.is_service_token and caller.has(role)
+
+    def _check_consumer(self, caller: Caller, sub: Subscription) -> None:
+        """403 unless the caller may consume from ``sub`` (its ACL, where ACLs apply)."""
+        if self._acl_applies(caller, CONSUMER) and caller.uuid not in sub.acl:
+            raise AmsError.forbidden()
 
     def _new_user(self, caller: Caller, name: str, **fields: Any) -> User:
         now = now_ns()

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -345,10 +345,16 @@ def finish(
 ATTEMPT_BUCKETS = ("1", "2", "3", "4", "5+")
 
 
+def deliveries_by_attempt(cursor: Cursor) -> list[tuple[str, int]]:
+    """(bucket, deliveries) for each of ATTEMPT_BUCKETS, none missing."""
+    counts = (cursor.deliveries + [0] * len(ATTEMPT_BUCKETS))[: len(ATTEMPT_BUCKETS)]
+    return list(zip(ATTEMPT_BUCKETS, counts, strict=True))
+
+
 def _count(c: Cursor, delivered: list[tuple[int, int]]) -> None:
     if not delivered:
         return
-    counts = (c.deliveries + [0] * len(ATTEMPT_BUCKETS))[: len(ATTEMPT_BUCKETS)]
+    counts = [n for _, n in deliveries_by_attempt(c)]
     for _, attempt in delivered:
         counts[min(attempt, len(ATTEMPT_BUCKETS)) - 1] += 1
     c.deliveries = counts
@@ -474,8 +480,3 @@ def backlog(cursor: Cursor, low: int, high: int, now_ns: int) -> Backlog:
     given_back = sum(within(r.start, r.end) for r in cursor.retries)
     given_back += sum(within(lease.start, lease.end) for lease in cursor.leases if expired(lease, now_ns))
     return Backlog(total, min(leased, total), min(given_back, total), first)
-
-
-def offsets_of(items: Iterable[Lease | Retry]) -> Iterator[int]:
-    for item in items:
-        yield from range(item.start, item.end)

@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 
 from ams_app.models import subscription_key
 from ams_app.service import delivery as dl
-from ams_app.service.base import topic_key
+from ams_app.service.base import oldest_unacked_age, topic_key
 
 if TYPE_CHECKING:
     from ams_app.backends.log import MessageLog
@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from ams_app.service.usage import UsageCounters
 
 log = logging.getLogger("ams")
-NS = 1_000_000_000
 _PAGE = 1000
 
 
@@ -187,8 +186,7 @@ class ServiceFigures(Collector):
             leased.add_metric(labels, state.counts.leased)
             undelivered.add_metric(labels, state.counts.undelivered)
             if state.sub.per_message:
-                counts = (state.cursor.deliveries + [0] * len(dl.ATTEMPT_BUCKETS))[: len(dl.ATTEMPT_BUCKETS)]
-                for bucket, n in zip(dl.ATTEMPT_BUCKETS, counts, strict=True):
+                for bucket, n in dl.deliveries_by_attempt(state.cursor):
                     deliveries.add_metric([*labels, bucket], n)
             if state.sub.dead_letter:
                 dead_lettered.add_metric(labels, state.cursor.dead_lettered)
@@ -250,11 +248,8 @@ class ServiceFigures(Collector):
         return states, topics
 
     def _age(self, state: SubState, now_ns: int) -> float:
-        if state.backlog <= 0:
-            return 0.0
         try:
-            message = self.log.peek(topic_key(state.project, state.sub.topic), state.first_unacked)
+            return oldest_unacked_age(self.log, topic_key(state.project, state.sub.topic), state.counts, now_ns)
         except Exception:
             log.debug("metrics: reading the oldest message of %s", state.sub.name, exc_info=True)
             return 0.0
-        return max(0.0, (now_ns - message.publish_ns) / NS) if message is not None else 0.0

@@ -9,11 +9,11 @@ import time
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 
-from ams_app.auth import CONSUMER, METRICS_VIEWER, PROJECT_ADMIN, PUBLISHER, Caller
+from ams_app.auth import METRICS_VIEWER, PROJECT_ADMIN, PUBLISHER, Caller
 from ams_app.errors import AmsError
 from ams_app.models import Cursor, Project, Subscription
 from ams_app.service import delivery as dl
-from ams_app.service.base import ServiceBase, topic_key
+from ams_app.service.base import ServiceBase, oldest_unacked_age, topic_key
 from ams_app.service.usage import UsageCounters
 from ams_app.telemetry import Telemetry
 
@@ -185,8 +185,7 @@ class MetricsOps(ServiceBase):
 
     def subscription_metrics(self, caller: Caller, project: Project, name: str) -> list[dict[str, Any]]:
         sub = self.subscription(project, name)
-        if self._acl_applies(caller, CONSUMER) and caller.uuid not in sub.acl:
-            raise AmsError.forbidden()
+        self._check_consumer(caller, sub)
         now = zulu_seconds(time.time_ns())
         used = self.usage.usage("sub", project.uuid, name)
         _, high, current = self.sub_offsets(project, sub)
@@ -241,10 +240,7 @@ class MetricsOps(ServiceBase):
         cursor: Cursor = self._cursor_op(project, sub, lambda c: (None, c), durable=False)
         now_ns = time.time_ns()
         counts = dl.backlog(cursor, low, high, now_ns)
-        age = 0.0
-        if counts.total > 0:
-            oldest = self.log.peek(key, counts.first)
-            age = max(0.0, (now_ns - oldest.publish_ns) / 1e9) if oldest is not None else 0.0
+        age = oldest_unacked_age(self.log, key, counts, now_ns)
         name = sub.name
         out = [
             metric(
@@ -267,8 +263,7 @@ class MetricsOps(ServiceBase):
             ),
         ]
         if sub.per_message:
-            buckets = (cursor.deliveries + [0] * len(dl.ATTEMPT_BUCKETS))[: len(dl.ATTEMPT_BUCKETS)]
-            for bucket, n in zip(dl.ATTEMPT_BUCKETS, buckets, strict=True):
+            for bucket, n in dl.deliveries_by_attempt(cursor):
                 out.append(
                     metric(
                         "subscription.deliveries",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import cast
 
-from ams_app.auth import CONSUMER, Caller
+from ams_app.auth import Caller
 from ams_app.backends.store import Page, SnapshotStore
 from ams_app.errors import AmsError
 from ams_app.models import Cursor, Project, Snapshot, Subscription
@@ -42,13 +42,9 @@ class SnapshotOps(ServiceBase):
     def _snapshots(self) -> SnapshotStore:
         return cast(SnapshotStore, self.store)  # both stores keep snapshots (ams_app/backends/store.py)
 
-    def _consumer_check(self, caller: Caller, sub: Subscription) -> None:
-        if self._acl_applies(caller, CONSUMER) and caller.uuid not in sub.acl:
-            raise AmsError.forbidden()
-
     def create_snapshot(self, caller: Caller, project: Project, name: str, sub_name: str) -> Snapshot:
         sub = self.subscription(project, sub_name)
-        self._consumer_check(caller, sub)
+        self._check_consumer(caller, sub)
         key = topic_key(project, sub.topic)
         low, high = self.log.bounds(key)
         # what the store holds: every acknowledgement is in it before it is answered (leases, which a
@@ -104,7 +100,7 @@ class SnapshotOps(ServiceBase):
         published before it count as acknowledged, those at or after it as not (acknowledged ones
         included: they are in the log until its retention). Leases and messages given back are
         dropped: what is not acknowledged afterwards is delivered again."""
-        self._consumer_check(caller, sub)
+        self._check_consumer(caller, sub)
         key = topic_key(project, sub.topic)
         if target.snapshot:
             snapshot = self.snapshot(project, target.snapshot)

@@ -186,8 +186,7 @@ class SubscriptionOps(PushOps):
                 raise AmsError.generic_conflict("Push functionality is currently disabled")
             if not (caller.has(PUSH_WORKER) or caller.is_service_admin):
                 raise AmsError.forbidden()
-        if self._acl_applies(caller, CONSUMER) and caller.uuid not in sub.acl:
-            raise AmsError.forbidden()
+        self._check_consumer(caller, sub)
         if self.store.get_topic(project.uuid, sub.topic) is None:
             raise AmsError.generic_conflict("Subscription's topic doesn't exist")
         return sub
@@ -275,12 +274,12 @@ class SubscriptionOps(PushOps):
                     return None, None
                 got, found = read(r)
                 done, delivered = dl.finish(after, r, found, now, policy)
-                return done, (got, delivered)
+                return done, (got, found, delivered)
 
             result = self._cursor_op(project, sub, whole)
             if result is None:
                 return [], False
-            messages, delivered = result
+            messages, reads, delivered = result
         else:
             owned = subscription_key(project.uuid, sub.name)
             lock = self._ordered_pulls.setdefault(owned, Semaphore()) if policy.ordered else _NO_LOCK
@@ -295,7 +294,7 @@ class SubscriptionOps(PushOps):
                         owned, lambda c: dl.finish(c, r, reads, now, policy), durable=durable
                     )
         by_offset = {m.offset: m for m in messages}
-        filtered = not delivered and any(not wanted(m) for m in messages)
+        filtered = not delivered and any(not r.wanted for r in reads)
         return [(by_offset[offset], attempt) for offset, attempt in delivered], filtered
 
     def _hand_off_dead(self, project: Project, sub: Subscription, key: str, policy: dl.Policy) -> None:
@@ -308,7 +307,6 @@ class SubscriptionOps(PushOps):
         if target is None:  # deleted meanwhile (deletion is refused while named): they wait
             log.warning("dead-letter topic %s of %s is missing", sub.dead_letter_topic, sub.name)
             return
-        attempts = {m: r.attempts for r in dead for m in range(r.start, r.end)}
         handed: list[int] = []
         for r in dead:
             messages = self.log.read(key, r.start, r.end, 2**62)
@@ -319,7 +317,7 @@ class SubscriptionOps(PushOps):
                         **m.attributes,
                         DEAD_LETTER_SOURCE: sub.name,
                         DEAD_LETTER_SOURCE_PROJECT: project.name,
-                        DEAD_LETTER_COUNT: str(attempts[m.offset]),
+                        DEAD_LETTER_COUNT: str(r.attempts),
                     },
                     m.ordering_key,
                 )
