@@ -54,6 +54,19 @@ class Topic:
     acl: list[str] = field(default_factory=list)  # user uuids
     schema_uuid: str = ""
     retention_s: int = 0  # messageRetentionDuration; 0: the log's (log_retention_seconds)
+    #: How messages are encoded against the schema (Pub/Sub's schemaSettings.encoding): "JSON" or
+    #: "BINARY"; "" for the schema type's own (JSON documents, Avro binary, Protobuf binary).
+    schema_encoding: str = ""
+
+
+@dataclass
+class SchemaRevision:
+    """An earlier revision of a schema (docs/compatibility.md, "Schemas")."""
+
+    revision_id: str
+    created_ns: int
+    type: str
+    schema: Any
 
 
 @dataclass
@@ -61,8 +74,11 @@ class Schema:
     uuid: str
     project_uuid: str
     name: str
-    type: str  # "json" or "avro"
-    schema: Any
+    type: str  # "json", "avro" or "protobuf"
+    schema: Any  # the JSON Schema or Avro schema (a JSON value), or the .proto source (a string)
+    revision_id: str = ""  # the current revision: 8 lower-case hex digits, new with every change of content
+    revision_created_ns: int = 0
+    revisions: list[SchemaRevision] = field(default_factory=list)  # the earlier ones, newest first
 
 
 @dataclass
@@ -274,6 +290,12 @@ def service_type_from_doc(doc: dict[str, Any]) -> ServiceType:
     doc["hosts"] = list(doc.get("hosts", []))
     doc["auth_types"] = list(doc.get("auth_types", ["x509"]))
     return ServiceType(**doc)
+
+
+def schema_from_doc(doc: dict[str, Any]) -> Schema:
+    doc = dict(doc)
+    doc["revisions"] = [SchemaRevision(**r) for r in doc.get("revisions", [])]
+    return Schema(**doc)
 
 
 def binding_from_doc(doc: dict[str, Any]) -> Binding:

@@ -63,7 +63,8 @@ def topics_subscriptions(ctx: Ctx, project: str, topic: str) -> Response:
 @add_route(TOPIC + ":attachSchema", "topics:attachSchema", "POST", roles=(SERVICE_ADMIN, PROJECT_ADMIN))
 def topics_attach_schema(ctx: Ctx, project: str, topic: str) -> Response:
     found = ctx.svc.topic(ctx.proj, topic)
-    ctx.svc.attach_schema(ctx.proj, found, requests.attached_schema(body(), ctx.proj.name))
+    attached = requests.attached_schema(body(), ctx.proj.name)
+    ctx.svc.attach_schema(ctx.proj, found, attached.schema, attached.encoding)
     return empty()
 
 

@@ -86,6 +86,8 @@ def topic_view(project: Project, topic: Topic, schema_name: str | None = None) -
     out: dict[str, Any] = {"name": f"/projects/{project.name}/topics/{topic.name}"}
     if schema_name:
         out["schema"] = f"projects/{project.name}/schemas/{schema_name}"
+        if topic.schema_encoding:
+            out["schemaEncoding"] = topic.schema_encoding
     if topic.retention_s:
         out["messageRetentionDuration"] = f"{topic.retention_s}s"
     out["created_on"] = zulu_seconds(topic.created_on)

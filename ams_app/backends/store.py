@@ -169,12 +169,16 @@ class MetadataStore(Protocol):
     def create_schema(self, schema: Schema) -> bool: ...
     def get_schema(self, project_uuid: str, *, name: str | None = None, uuid: str | None = None) -> Schema | None: ...
     def list_schemas(self, project_uuid: str) -> list[Schema]: ...
-    def update_schema(self, schema: Schema) -> bool:
-        """False when the (new) name is taken in the project."""
+    def update_schema(self, schema: Schema, expected_revision_id: str | None = None) -> bool:
+        """Write the schema (its name, content and revisions) over the stored one of its uuid.
+        False when the (new) name is taken in the project, when there is no such schema, or, given
+        ``expected_revision_id``, when the stored schema's current revision is another one (a
+        compare-and-set: another write got there first)."""
         ...
 
     def delete_schema(self, project_uuid: str, uuid: str) -> bool:
-        """Delete the schema and detach it from every topic that used it."""
+        """Delete the schema and detach it from every topic that used it (their schema_encoding
+        goes with it)."""
         ...
 
     # registrations

@@ -85,6 +85,7 @@ def topic_ref(project_name: str, ref: str) -> str:
 class NewTopic:
     schema: str  # the name of the schema its messages must satisfy; "" for none
     retention_s: int = 0  # messageRetentionDuration; 0: the log's
+    schema_encoding: str = ""  # schemaEncoding: "JSON" or "BINARY"; "" for the schema type's own
 
 
 #: Pub/Sub's bounds of a topic's messageRetentionDuration: 10 minutes to 31 days.
@@ -96,6 +97,7 @@ def new_topic(raw: Any, project_name: str) -> NewTopic:
     if not all(isinstance(v, str) for v in body.values()):
         raise _bad_body()
     ref = body.get("schema") or ""
+    encoding = _schema_encoding(body, ref)
     retention_s = 0
     if body.get("messageRetentionDuration"):
         retention_ms = duration_ms(body["messageRetentionDuration"], "messageRetentionDuration")
@@ -105,7 +107,17 @@ def new_topic(raw: Any, project_name: str) -> NewTopic:
                 f"messageRetentionDuration must be whole seconds between {low}s and {high}s (10 minutes to 31 days)"
             )
         retention_s = retention_ms // 1000
-    return NewTopic(schema_ref(project_name, ref) if ref else "", retention_s)
+    return NewTopic(schema_ref(project_name, ref) if ref else "", retention_s, encoding)
+
+
+def _schema_encoding(body: dict[str, Any], ref: str) -> str:
+    """The optional schemaEncoding beside a schema (which it needs)."""
+    encoding = body.get("schemaEncoding") or ""
+    if not encoding:
+        return ""
+    if not ref:
+        raise AmsError.invalid_data("schemaEncoding needs a schema")
+    return schema_check.check_encoding(encoding)
 
 
 def messages(raw: Any, limits: Settings) -> list[NewMessage]:
@@ -153,11 +165,18 @@ def acl_names(raw: Any, what: str) -> list[str]:
     return list(dict.fromkeys(opt_str_list(body, "authorized_users", bad) or []))
 
 
-def attached_schema(raw: Any, project_name: str) -> str:
-    """An attachSchema body: the schema's name; "" (no schema) when it names none."""
+@dataclass(frozen=True)
+class AttachedSchema:
+    schema: str  # the schema's name; "" (detach) when the body names none
+    encoding: str = ""  # schemaEncoding: "JSON" or "BINARY"; "" for the schema type's own
+
+
+def attached_schema(raw: Any, project_name: str) -> AttachedSchema:
+    """An attachSchema body: the schema's name, and how messages are encoded against it."""
     body = _object_or_empty(raw, _bad_body())
     ref = opt_str(body, "schema", _bad_body()) or ""
-    return schema_ref(project_name, ref) if ref else ""
+    encoding = _schema_encoding({"schemaEncoding": opt_str(body, "schemaEncoding", _bad_body())}, ref)
+    return AttachedSchema(schema_ref(project_name, ref) if ref else "", encoding)
 
 
 # --- subscriptions ------------------------------------------------------------------------------
@@ -543,8 +562,8 @@ def decline_comment(raw: Any) -> str:
 # --- schemas ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NewSchema:
-    type: str  # "json" or "avro"
-    schema: Any  # the schema document (compiled by the service)
+    type: str  # "json", "avro" or "protobuf"
+    schema: Any  # the schema document, or a protobuf schema's .proto text (compiled by the service)
 
 
 def new_schema(raw: Any) -> NewSchema:

@@ -16,8 +16,17 @@ from ams_app.timeutil import now_ns
 
 class TopicOps(SchemaOps):
     def create_topic(self, project: Project, name: str, request: NewTopic) -> Topic:
-        schema_uuid = self.schema(project, request.schema).uuid if request.schema else ""
-        topic = Topic(project.uuid, name, now_ns(), [], schema_uuid, request.retention_s)
+        found = self.schema(project, request.schema) if request.schema else None
+        self.check_schema_encoding(found, request.schema_encoding)
+        topic = Topic(
+            project.uuid,
+            name,
+            now_ns(),
+            [],
+            found.uuid if found else "",
+            request.retention_s,
+            request.schema_encoding if found else "",
+        )
         self.log.create_topic(topic_key(project, name), request.retention_s)
         if not self.store.create_topic(topic):
             raise AmsError.conflict("Topic")
@@ -65,7 +74,7 @@ class TopicOps(SchemaOps):
         compiled = self.compiled_schema_of(project, topic)
         if compiled is not None:
             for index, message in enumerate(messages):
-                schema_check.validate_message(compiled, index, message.data)
+                schema_check.validate_message(compiled, index, message.data, topic.schema_encoding)
         if not messages:
             return []
         stored = self.log.append(topic_key(project, topic.name), messages)

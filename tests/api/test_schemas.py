@@ -1,5 +1,6 @@
 """Schemas: create, show, list, update, delete, validate; attaching them to topics; publishing
-to a topic with a JSON or Avro schema (docs/compatibility.md, "Schemas")."""
+to a topic with a JSON, Avro or Protocol Buffers schema, in the topic's encoding
+(docs/compatibility.md, "Schemas")."""
 
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def test_create_schema_twice_conflicts(api: Api, project: str) -> None:
     assert api.ok("GET", f"/projects/{project}/schemas/{name}")["type"] == "json"
 
 
-@pytest.mark.parametrize("kind", ["xml", "", "protobuf", 7, None])
+@pytest.mark.parametrize("kind", ["xml", "", "proto", 7, None])
 def test_create_schema_bad_type(api: Api, project: str, kind: Any) -> None:
     name = unique("schema")
     body: dict[str, Any] = {"schema": JSON_SCHEMA}
@@ -104,7 +105,7 @@ def test_create_schema_bad_type(api: Api, project: str, kind: Any) -> None:
         body["type"] = kind
     r = api.post(f"/projects/{project}/schemas/{name}", body)
     assert r.status_code == 400
-    expect(r, 400, "Schema type can only be 'json' or 'avro'")
+    expect(r, 400, "Schema type can only be 'json', 'avro' or 'protobuf'")
     assert api.get(f"/projects/{project}/schemas/{name}").status_code == 404
 
 
@@ -214,7 +215,7 @@ def test_update_schema_bad_type_or_schema(api: Api, project: str) -> None:
     name = make_schema(api, project)
     before = api.ok("GET", f"/projects/{project}/schemas/{name}")
     r = api.put(f"/projects/{project}/schemas/{name}", {"type": "xml"})
-    expect(r, 400, "Schema type can only be 'json' or 'avro'")
+    expect(r, 400, "Schema type can only be 'json', 'avro' or 'protobuf'")
     r = api.put(f"/projects/{project}/schemas/{name}", {"schema": {"type": "unknown"}})
     assert r.status_code == 400
     assert error_of(r)["status"] == "INVALID_ARGUMENT"
@@ -665,3 +666,331 @@ def test_publisher_publishes_through_the_schema(api: Api, project: str, json_top
     r = publish_raw(publisher, project, json_topic, b64("{}"))
     assert r.status_code == 400
     assert error_of(r)["message"].startswith("Message 0 data is not valid.1)")
+
+
+# ------------------------------------------------------------------ Protocol Buffers --------
+PROTO = """syntax = "proto3";
+package ams.test;
+
+message Person {
+  string name = 1;
+  int32 age = 2;
+  repeated string tags = 3;
+  enum Kind { KIND_UNSPECIFIED = 0; HUMAN = 1; }
+  Kind kind = 4;
+  message Address { string city = 1; }
+  Address home = 5;
+}
+"""
+#: Person{name: "alice", age: 30, tags: ["a"], kind: HUMAN, home: {city: "x"}}, written out by hand
+PERSON = b"\x0a\x05alice" + b"\x10\x1e" + b"\x1a\x01a" + b"\x20\x01" + b"\x2a\x03\x0a\x01x"
+PERSON_JSON = {"name": "alice", "age": 30, "tags": ["a"], "kind": "HUMAN", "home": {"city": "x"}}
+
+
+def make_proto_schema(api: Api, project: str, text: str = PROTO) -> str:
+    name = unique("schema")
+    api.ok("POST", f"/projects/{project}/schemas/{name}", {"type": "protobuf", "schema": text})
+    return name
+
+
+def proto_topic_with(api: Api, project: str, schema: str, encoding: str | None = None) -> str:
+    topic = unique("topic")
+    body = {"schema": ref(project, schema)} | ({"schemaEncoding": encoding} if encoding else {})
+    api.ok("PUT", f"/projects/{project}/topics/{topic}", body)
+    return topic
+
+
+def sub_on(api: Api, project: str, topic: str) -> str:
+    name = unique("sub")
+    api.ok("PUT", f"/projects/{project}/subscriptions/{name}", {"topic": f"projects/{project}/topics/{topic}"})
+    return name
+
+
+@pytest.mark.parametrize("given", ["protobuf", "PROTOBUF", "Protobuf"])
+def test_create_protobuf_schema(api: Api, project: str, given: str) -> None:
+    name = unique("schema")
+    body = api.ok("POST", f"/projects/{project}/schemas/{name}", {"type": given, "schema": PROTO})
+    assert set(body) == {"uuid", "name", "type", "schema"}
+    assert UUID.match(body["uuid"])
+    assert (body["name"], body["type"], body["schema"]) == (ref(project, name), "protobuf", PROTO)
+    assert api.ok("GET", f"/projects/{project}/schemas/{name}") == body
+    assert body in api.ok("GET", f"/projects/{project}/schemas")["schemas"]
+
+
+@pytest.mark.parametrize(
+    ("definition", "says"),
+    [
+        ('syntax = "proto3";\nmessage A {\n  strin name = 1;\n}\n', 'schema.proto:3:3: "strin" is not defined.'),
+        ('syntax = "proto3"; message A { int32 a = 1; int32 b = 1; }', "Field number 1 has already been used"),
+        ('syntax = "proto3"; message A {', "schema.proto:1:31: Reached end of input in message definition"),
+        ('syntax = "proto9"; message A {}', 'Unrecognized syntax identifier "proto9"'),
+    ],
+    ids=["undefined-type", "field-number-twice", "truncated", "unknown-syntax"],
+)
+def test_a_protobuf_schema_that_does_not_compile_is_refused_with_protocs_text(
+    api: Api, project: str, definition: str, says: str
+) -> None:
+    name = unique("schema")
+    r = api.post(f"/projects/{project}/schemas/{name}", {"type": "protobuf", "schema": definition})
+    assert r.status_code == 400, r.text
+    error = error_of(r)
+    assert error["status"] == "INVALID_ARGUMENT"
+    assert says in error["message"], error
+    assert api.get(f"/projects/{project}/schemas/{name}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("definition", "says"),
+    [
+        ({"message": "A"}, "a protobuf schema is the .proto source text, as a JSON string"),
+        ('syntax = "proto3";', "exactly one top-level type, a message"),
+        ('syntax = "proto3"; message A {} message B {}', "this one has 2 messages"),
+        ('syntax = "proto3"; message A { E e = 1; } enum E { Z = 0; }', "1 enums"),
+        ('syntax = "proto3"; message A {} service S { rpc M(A) returns (A); }', "1 services"),
+    ],
+    ids=["not-text", "no-message", "two-messages", "top-level-enum", "service"],
+)
+def test_a_protobuf_schema_defines_one_top_level_message(api: Api, project: str, definition: Any, says: str) -> None:
+    name = unique("schema")
+    r = api.post(f"/projects/{project}/schemas/{name}", {"type": "protobuf", "schema": definition})
+    assert r.status_code == 400, r.text
+    assert says in error_of(r)["message"], r.text
+    assert api.get(f"/projects/{project}/schemas/{name}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    "imported",
+    [
+        "google/protobuf/timestamp.proto",  # even the well-known types: Pub/Sub refuses imports too
+        "/etc/passwd",
+        "../../../../etc/hostname",
+        "schema.proto",  # itself
+        "proc/self/environ",
+    ],
+)
+def test_a_protobuf_schema_imports_nothing(api: Api, project: str, imported: str) -> None:
+    name = unique("schema")
+    definition = f'syntax = "proto3";\nimport "{imported}";\nmessage A {{ string a = 1; }}\n'
+    r = api.post(f"/projects/{project}/schemas/{name}", {"type": "protobuf", "schema": definition})
+    assert r.status_code == 400, r.text
+    message = error_of(r)["message"]
+    assert "schema.proto:2:1: " in message, message
+    assert "root:" not in message  # nothing of any file shows
+    assert "HOSTNAME" not in message
+    assert api.get(f"/projects/{project}/schemas/{name}").status_code == 404
+
+
+def test_a_huge_protobuf_schema_is_refused_before_it_is_compiled(api: Api, project: str) -> None:
+    name = unique("schema")
+    definition = 'syntax = "proto3";\nmessage A { string a = 1; }\n' + "// padding\n" * 30_000
+    r = api.post(f"/projects/{project}/schemas/{name}", {"type": "protobuf", "schema": definition})
+    assert r.status_code == 400
+    expect(r, 400, f"a protobuf schema is at most 307200 bytes long (this one: {len(definition)})")
+    assert api.get(f"/projects/{project}/schemas/{name}").status_code == 404
+
+
+def test_a_deeply_nested_protobuf_schema_is_refused(api: Api, project: str) -> None:
+    name = unique("schema")
+    definition = 'syntax = "proto3";\n' + "message A { " * 5000 + "}" * 5000
+    r = api.post(f"/projects/{project}/schemas/{name}", {"type": "protobuf", "schema": definition})
+    assert r.status_code == 400
+    assert "Reached maximum recursion limit for nested messages" in error_of(r)["message"]
+
+
+def test_update_a_json_schema_to_protobuf(api: Api, project: str) -> None:
+    name = make_schema(api, project, "json")
+    created = api.ok("GET", f"/projects/{project}/schemas/{name}")
+    body = api.ok("PUT", f"/projects/{project}/schemas/{name}", {"type": "protobuf", "schema": PROTO})
+    assert body == {**created, "type": "protobuf", "schema": PROTO}
+    r = api.put(f"/projects/{project}/schemas/{name}", {"schema": 'syntax = "proto3"; message {'})
+    assert r.status_code == 400
+    assert error_of(r)["message"].startswith("schema.proto:1:")
+    assert api.ok("GET", f"/projects/{project}/schemas/{name}") == body
+
+
+def test_publish_protobuf_binary(api: Api, project: str) -> None:
+    topic = proto_topic_with(api, project, make_proto_schema(api, project))
+    assert "schemaEncoding" not in api.ok("GET", f"/projects/{project}/topics/{topic}")
+    sub = sub_on(api, project, topic)
+    data = [b64(PERSON), "", b64(b"\x0a\x03bob")]  # no data: a Person of defaults
+    messages = [{"data": d, "attributes": {"n": str(n)}} for n, d in enumerate(data)]
+    r = api.post(f"/projects/{project}/topics/{topic}:publish", {"messages": messages})
+    assert r.status_code == 200, r.text
+    assert [m["message"].get("data", "") for m in api.pull(project, sub)] == data
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [
+        (PERSON + b"\x48\x01", "it has fields that the schema does not define"),  # field 9
+        (b"\x2a\x02\x10\x01", "it has fields that the schema does not define"),  # field 2 of home
+        (b"\x08\x05", "it has fields that the schema does not define"),  # name (1) as a varint
+        (b"\x0a\x05ali", "Message 0 is not valid.Error parsing message"),  # truncated
+        (b"\x0a\x01\xff", "Message 0 is not valid.Error parsing message"),  # a string not UTF-8
+        (b"\xff\xff\xff", "Message 0 is not valid.Error parsing message"),
+        (json.dumps(PERSON_JSON).encode(), "Message 0 is not valid."),  # JSON to a binary topic
+    ],
+    ids=["unknown-field", "unknown-nested-field", "wrong-wire-type", "truncated", "bad-utf8", "junk", "json"],
+)
+def test_publish_invalid_protobuf_binary(api: Api, project: str, raw: bytes, says: str) -> None:
+    topic = proto_topic_with(api, project, make_proto_schema(api, project), "BINARY")
+    assert api.ok("GET", f"/projects/{project}/topics/{topic}")["schemaEncoding"] == "BINARY"
+    sub = sub_on(api, project, topic)
+    before = max_offset(api, project, sub)
+    r = publish_raw(api, project, topic, b64(PERSON), b64(raw))
+    assert r.status_code == 400
+    error = error_of(r)
+    assert error["status"] == "INVALID_ARGUMENT"
+    assert error["message"].startswith(says.replace("Message 0", "Message 1")) or says in error["message"], error
+    assert error["message"].startswith("Message 1 is not valid."), error
+    assert max_offset(api, project, sub) == before
+    assert api.pull(project, sub) == []
+
+
+def test_proto2_required_fields_are_required(api: Api, project: str) -> None:
+    definition = 'syntax = "proto2"; message R { required string id = 1; optional int32 n = 2; }'
+    topic = proto_topic_with(api, project, make_proto_schema(api, project, definition))
+    assert publish_raw(api, project, topic, b64(b"\x0a\x01x")).status_code == 200
+    r = publish_raw(api, project, topic, b64(b"\x10\x01"))
+    expect(r, 400, "Message 0 is not valid.missing required fields: id")
+
+
+def test_publish_protobuf_json(api: Api, project: str) -> None:
+    topic = proto_topic_with(api, project, make_proto_schema(api, project), "json")
+    shown = api.ok("GET", f"/projects/{project}/topics/{topic}")
+    assert list(shown) == ["name", "schema", "schemaEncoding", "created_on"]
+    assert shown["schemaEncoding"] == "JSON"
+    listed = {t["name"]: t for t in api.ok("GET", f"/projects/{project}/topics")["topics"]}
+    assert listed[shown["name"]] == shown
+    sub = sub_on(api, project, topic)
+    data = [b64(json.dumps(PERSON_JSON)), b64("{}"), b64('{"name": "bob", "age": "7"}')]
+    r = publish_raw(api, project, topic, *data)
+    assert r.status_code == 200, r.text
+    assert [m["message"]["data"] for m in api.pull(project, sub)] == data
+
+
+@pytest.mark.parametrize(
+    ("document", "says"),
+    [
+        ('{"name": "a", "nickname": "b"}', 'has no field named "nickname"'),
+        ('{"age": "old"}', "Failed to parse age field"),
+        ('{"kind": "ALIEN"}', "Failed to parse kind field"),
+        ("{not json", "Failed to load JSON"),
+        (PERSON, "Message 0 is not valid."),  # binary to a JSON topic
+    ],
+    ids=["unknown-field", "wrong-type", "unknown-enum", "not-json", "binary"],
+)
+def test_publish_invalid_protobuf_json(api: Api, project: str, document: str | bytes, says: str) -> None:
+    topic = proto_topic_with(api, project, make_proto_schema(api, project), "JSON")
+    sub = sub_on(api, project, topic)
+    before = max_offset(api, project, sub)
+    r = publish_raw(api, project, topic, b64(document))
+    assert r.status_code == 400
+    error = error_of(r)
+    assert error["status"] == "INVALID_ARGUMENT"
+    assert error["message"].startswith("Message 0 is not valid."), error
+    assert says in error["message"], error
+    assert max_offset(api, project, sub) == before
+
+
+def test_publish_avro_json(api: Api, project: str) -> None:
+    topic = proto_topic_with(api, project, make_schema(api, project, "avro"), "JSON")
+    sub = sub_on(api, project, topic)
+    good = b64(json.dumps({"name": "alice", "age": 30}))
+    assert publish_raw(api, project, topic, good).status_code == 200
+    for document, says in [
+        ({"name": "alice"}, "(root): the field 'age' is missing"),
+        ({"name": "alice", "age": "30"}, 'age: expected int, got "30"'),
+        ({"name": "alice", "age": 2**31}, "age: expected int, got 2147483648"),
+        ({"name": "alice", "age": 3, "extra": 1}, "(root): 'extra' is not a field of Person"),
+    ]:
+        r = publish_raw(api, project, topic, good, b64(json.dumps(document)))
+        expect(r, 400, f"Message 1 is not valid.{says}")
+    r = publish_raw(api, project, topic, avro_b64({"name": "alice", "age": 30}))  # binary to a JSON topic
+    assert error_of(r)["message"].startswith("Message 0 is not valid.not JSON: ")
+    assert [m["message"]["data"] for m in api.pull(project, sub)] == [good]
+
+
+def test_an_avro_topic_in_binary_takes_avro_binary(api: Api, project: str) -> None:
+    topic = proto_topic_with(api, project, make_schema(api, project, "avro"), "BINARY")
+    assert publish_raw(api, project, topic, avro_b64({"name": "n", "age": 1})).status_code == 200
+    r = publish_raw(api, project, topic, b64(json.dumps({"name": "n", "age": 1})))
+    assert error_of(r)["message"].startswith("Message 0 is not valid.")
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"schemaEncoding": "XML"}, "Schema encoding can only be 'JSON' or 'BINARY'"),
+        ({"schemaEncoding": "JSON", "schema": ""}, "schemaEncoding needs a schema"),
+    ],
+    ids=["unknown", "no-schema"],
+)
+def test_create_topic_with_a_bad_schema_encoding(api: Api, project: str, body: dict[str, str], message: str) -> None:
+    schema = make_proto_schema(api, project)
+    body = {"schema": ref(project, schema)} | body
+    topic = unique("topic")
+    r = api.put(f"/projects/{project}/topics/{topic}", {k: v for k, v in body.items() if v})
+    expect(r, 400, message)
+    assert api.get(f"/projects/{project}/topics/{topic}").status_code == 404
+
+
+def test_a_json_schema_has_no_binary_encoding(api: Api, project: str) -> None:
+    schema = make_schema(api, project, "json")
+    topic = unique("topic")
+    r = api.put(f"/projects/{project}/topics/{topic}", {"schema": ref(project, schema), "schemaEncoding": "BINARY"})
+    expect(r, 400, "The messages of a JSON schema are JSON: schemaEncoding BINARY does not apply")
+    assert api.get(f"/projects/{project}/topics/{topic}").status_code == 404
+    api.ok("PUT", f"/projects/{project}/topics/{topic}", {"schema": ref(project, schema), "schemaEncoding": "JSON"})
+    assert len(api.publish(project, topic, json.dumps(VALID_DOC))) == 1
+
+
+def test_attach_with_an_encoding_detach_and_delete_forget_it(api: Api, project: str, topic: str) -> None:
+    schema = make_proto_schema(api, project)
+    api.ok("POST", f"/projects/{project}/topics/{topic}:attachSchema", {"schema": ref(project, schema)})
+    assert "schemaEncoding" not in api.ok("GET", f"/projects/{project}/topics/{topic}")
+    attach = {"schema": ref(project, schema), "schemaEncoding": "JSON"}
+    api.ok("POST", f"/projects/{project}/topics/{topic}:attachSchema", attach)
+    assert api.ok("GET", f"/projects/{project}/topics/{topic}")["schemaEncoding"] == "JSON"
+    assert len(api.publish(project, topic, json.dumps(PERSON_JSON))) == 1
+    r = api.post(f"/projects/{project}/topics/{topic}:attachSchema", {"schemaEncoding": "JSON"})
+    expect(r, 400, "schemaEncoding needs a schema")
+
+    api.ok("POST", f"/projects/{project}/topics/{topic}:detachSchema")
+    assert list(api.ok("GET", f"/projects/{project}/topics/{topic}")) == ["name", "created_on"]
+    api.ok("POST", f"/projects/{project}/topics/{topic}:attachSchema", {"schema": ref(project, schema)})
+    assert "schemaEncoding" not in api.ok("GET", f"/projects/{project}/topics/{topic}")  # binary again
+
+    api.ok("POST", f"/projects/{project}/topics/{topic}:attachSchema", attach)
+    api.ok("DELETE", f"/projects/{project}/schemas/{schema}")
+    assert list(api.ok("GET", f"/projects/{project}/topics/{topic}")) == ["name", "created_on"]
+
+
+def test_validate_protobuf(api: Api, project: str) -> None:
+    schema = make_proto_schema(api, project)
+    url = f"/projects/{project}/schemas/{schema}:validate"
+    for payload in (
+        {"data": b64(PERSON)},
+        {"data": b64(PERSON), "encoding": "BINARY"},
+        {"data": b64(json.dumps(PERSON_JSON)), "encoding": "json"},
+    ):
+        assert api.ok("POST", url, payload) == {"message": "Message validated successfully"}
+    r = api.post(url, {"data": b64(PERSON + b"\x48\x01")})
+    expect(r, 400, "Message 0 is not valid.it has fields that the schema does not define")
+    r = api.post(url, {"data": b64(PERSON), "encoding": "JSON"})
+    assert error_of(r)["message"].startswith("Message 0 is not valid.")
+    r = api.post(url, {"data": b64(PERSON), "encoding": "TEXT"})
+    expect(r, 400, "Schema encoding can only be 'JSON' or 'BINARY'")
+    r = api.post(url, {"data": "%%%"})
+    assert error_of(r)["message"].startswith("Message 0 is not in valid base64 encoding")
+    r = api.post(url, PERSON_JSON)
+    expect(r, 400, "Invalid Schema Payload Arguments")
+
+
+def test_validate_avro_json(api: Api, project: str) -> None:
+    schema = make_schema(api, project, "avro")
+    url = f"/projects/{project}/schemas/{schema}:validate"
+    payload = {"data": b64(json.dumps({"name": "n", "age": 1})), "encoding": "JSON"}
+    assert api.ok("POST", url, payload) == {"message": "Message validated successfully"}
+    r = api.post(url, {"data": b64(json.dumps({"name": "n"})), "encoding": "JSON"})
+    expect(r, 400, "Message 0 is not valid.(root): the field 'age' is missing")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
@@ -26,6 +27,7 @@ from ams_app.models import (
     PushConfig,
     Registration,
     Schema,
+    SchemaRevision,
     Snapshot,
     Subscription,
     Topic,
@@ -581,17 +583,98 @@ def test_a_schema_update_is_read_back_unless_its_new_name_is_taken(store: Metada
     assert not store.update_schema(Schema(unique("uuid"), project.uuid, unique("schema"), "json", {}))
 
 
+def with_revisions(schema: Schema) -> Schema:
+    """``schema`` at a third revision: a protobuf one, after two JSON Schemas (whose keys are no
+    MongoDB field names)."""
+    earlier = [
+        SchemaRevision("0000000b", 20, "json", {"$ref": "#/$defs/b", "$defs": {"b": {"type": "string"}}}),
+        SchemaRevision("0000000a", 10, schema.type, schema.schema),
+    ]
+    proto = 'syntax = "proto3";\nmessage M { string a = 1; }\n'
+    return dataclasses.replace(
+        schema, type="protobuf", schema=proto, revision_id="0000000c", revision_created_ns=30, revisions=earlier
+    )
+
+
+def test_a_schemas_revisions_are_read_back_newest_first(store: MetadataStore) -> None:
+    project = new_project(store)
+    schema = with_revisions(new_schema(store, project.uuid))
+    assert store.update_schema(schema)
+    assert store.get_schema(project.uuid, uuid=schema.uuid) == schema
+    assert store.get_schema(project.uuid, name=schema.name) == schema
+    assert store.list_schemas(project.uuid) == [schema]
+    created = with_revisions(Schema(unique("uuid"), project.uuid, unique("schema"), "avro", {"type": "string"}))
+    assert store.create_schema(created)
+    assert store.list_schemas(project.uuid) == [schema, created]
+
+
+def test_a_schema_update_can_be_a_compare_and_set_on_its_current_revision(store: MetadataStore) -> None:
+    project = new_project(store)
+    schema = dataclasses.replace(new_schema(store, project.uuid), revision_id="0000000a")
+    assert store.update_schema(schema)
+    revised = with_revisions(schema)
+    assert not store.update_schema(revised, expected_revision_id="0000000f")  # another got there first
+    assert store.get_schema(project.uuid, uuid=schema.uuid) == schema
+    assert store.update_schema(revised, expected_revision_id="0000000a")
+    assert store.get_schema(project.uuid, uuid=schema.uuid) == revised
+    assert not store.update_schema(dataclasses.replace(revised, name="x"), expected_revision_id="0000000a")
+    assert store.get_schema(project.uuid, uuid=schema.uuid) == revised
+    gone = Schema(unique("uuid"), project.uuid, unique("schema"), "json", {})
+    assert not store.update_schema(gone, expected_revision_id="")
+    # the compare-and-set still refuses a taken name
+    other = new_schema(store, project.uuid)
+    assert not store.update_schema(dataclasses.replace(revised, name=other.name), expected_revision_id="0000000c")
+    assert store.get_schema(project.uuid, uuid=schema.uuid) == revised
+
+
+def test_a_mongo_schema_written_before_revisions_reads_at_a_revision_of_its_own(tmp_path: Path) -> None:
+    """A release before revisions wrote no revision: every node reads the same one (derived from the
+    uuid, created when the document was), and a compare-and-set on it holds."""
+    require_backend("kafka")
+    from ams_app.backends.mongo.store import MongoMetadataStore, legacy_revision_id
+
+    with either_store("mongo", tmp_path, "ams_contract_test") as store:
+        mongo = cast(MongoMetadataStore, store)
+        project = new_project(store)
+        uuid = unique("uuid")
+        doc = {"uuid": uuid, "project_uuid": project.uuid, "name": unique("schema"), "type": "json", "raw_schema": "{}"}
+        mongo.db["schemas"].insert_one(doc)
+        found = store.get_schema(project.uuid, uuid=uuid)
+        assert found is not None
+        assert (found.revision_id, found.revisions, found.schema) == (legacy_revision_id(uuid), [], {})
+        assert abs(found.revision_created_ns - time.time_ns()) < 60 * 10**9
+        assert store.list_schemas(project.uuid) == [found]
+        earlier = SchemaRevision(found.revision_id, found.revision_created_ns, "json", {})
+        revised = dataclasses.replace(found, schema={"type": "object"}, revision_id="0000000a", revisions=[earlier])
+        assert not store.update_schema(revised, expected_revision_id="0000000f")
+        assert store.update_schema(revised, expected_revision_id=found.revision_id)
+        assert store.get_schema(project.uuid, uuid=uuid) == revised
+        assert not store.update_schema(revised, expected_revision_id=found.revision_id)  # no longer at it
+
+
+def test_a_topics_schema_encoding_is_read_back(store: MetadataStore) -> None:
+    project = new_project(store)
+    schema = new_schema(store, project.uuid)
+    topic = Topic(project.uuid, unique("topic"), 1, [], schema.uuid, 0, "JSON")
+    assert store.create_topic(topic)
+    assert store.get_topic(project.uuid, topic.name) == topic
+    topic.schema_encoding = "BINARY"
+    assert store.update_topic(topic)
+    assert store.get_topic(project.uuid, topic.name) == topic
+    assert store.list_topics(project.uuid, None, 0, "").items == [topic]
+
+
 def test_deleting_a_schema_detaches_it_from_its_topics(store: MetadataStore) -> None:
     project = new_project(store)
     schema, kept = new_schema(store, project.uuid), new_schema(store, project.uuid)
-    using = Topic(project.uuid, unique("topic"), 1, ["user-a"], schema.uuid)
-    other = Topic(project.uuid, unique("topic"), 2, [], kept.uuid)
+    using = Topic(project.uuid, unique("topic"), 1, ["user-a"], schema.uuid, 0, "JSON")
+    other = Topic(project.uuid, unique("topic"), 2, [], kept.uuid, 0, "BINARY")
     assert store.create_topic(using)
     assert store.create_topic(other)
     assert store.delete_schema(project.uuid, schema.uuid)
     assert not store.delete_schema(project.uuid, schema.uuid)
     assert store.get_schema(project.uuid, uuid=schema.uuid) is None
-    assert store.get_topic(project.uuid, using.name) == dataclasses.replace(using, schema_uuid="")
+    assert store.get_topic(project.uuid, using.name) == dataclasses.replace(using, schema_uuid="", schema_encoding="")
     assert store.get_topic(project.uuid, other.name) == other
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import hashlib
 import json
 import threading
 import time
@@ -72,6 +73,7 @@ from ams_app.models import (
     binding_from_doc,
     cursor_from_doc,
     cursor_to_doc,
+    schema_from_doc,
     service_type_from_doc,
     snapshot_from_doc,
     snapshot_to_doc,
@@ -191,15 +193,42 @@ def _decode_token(token: str) -> ObjectId:
         raise InvalidPageToken(token) from exc
 
 
-def _schema_from(doc: Doc) -> Schema:
-    doc = dict(doc)
+def legacy_revision_id(schema_uuid: str) -> str:
+    """The revision id of a schema that a release before revisions wrote (none stored): derived from
+    its uuid, so that every node reads the same one."""
+    return hashlib.sha256(schema_uuid.encode()).hexdigest()[:8]
+
+
+def _schema_from(stored: Doc) -> Schema:
+    doc = _strip(stored) or {}
     doc["schema"] = json.loads(doc.pop("raw_schema"))
-    return Schema(**doc)
+    if "revision_id" not in doc:  # written before revisions: its first revision, created with it
+        doc["revision_id"] = legacy_revision_id(doc["uuid"])
+        oid = stored.get("_id")
+        doc["revision_created_ns"] = int(oid.generation_time.timestamp()) * 10**9 if isinstance(oid, ObjectId) else 0
+    doc["revisions"] = [
+        {k: v for k, v in r.items() if k != "raw_schema"} | {"schema": json.loads(r["raw_schema"])}
+        for r in doc.get("revisions", [])
+    ]
+    return schema_from_doc(doc)
+
+
+def _schema_query(uuid: str, expected_revision_id: str | None) -> Doc:
+    """The schema of ``uuid``; given ``expected_revision_id``, only while that is its current
+    revision (a document without one is at its legacy_revision_id, as _schema_from reads it)."""
+    if expected_revision_id is None:
+        return {"uuid": uuid}
+    if expected_revision_id == legacy_revision_id(uuid):
+        return {"uuid": uuid, "$or": [{"revision_id": expected_revision_id}, {"revision_id": {"$exists": False}}]}
+    return {"uuid": uuid, "revision_id": expected_revision_id}
 
 
 def _schema_doc(schema: Schema) -> Doc:
     doc = to_doc(schema)
-    doc["raw_schema"] = json.dumps(doc.pop("schema"))  # JSON Schema keys ($ref, $id) are no Mongo field names
+    # JSON Schema keys ($ref, $id) are no Mongo field names: the schemas are kept as JSON text
+    doc["raw_schema"] = json.dumps(doc.pop("schema"))
+    for revision in doc["revisions"]:
+        revision["raw_schema"] = json.dumps(revision.pop("schema"))
     return doc
 
 
@@ -494,19 +523,19 @@ class MongoMetadataStore:
     def get_schema(self, project_uuid: str, *, name: str | None = None, uuid: str | None = None) -> Schema | None:
         query: Doc = {"project_uuid": project_uuid}
         query.update({"name": name} if name is not None else {"uuid": uuid})
-        doc = _strip(self._c("schemas").find_one(query))
+        doc = self._c("schemas").find_one(query)
         return _schema_from(doc) if doc else None
 
     def list_schemas(self, project_uuid: str) -> list[Schema]:
         docs = self._c("schemas").find({"project_uuid": project_uuid}).sort("_id", ASCENDING)
-        return [_schema_from(_strip(d) or {}) for d in docs]
+        return [_schema_from(d) for d in docs]
 
-    def update_schema(self, schema: Schema) -> bool:
-        return self._replace(self._c("schemas"), {"uuid": schema.uuid}, _schema_doc(schema))
+    def update_schema(self, schema: Schema, expected_revision_id: str | None = None) -> bool:
+        return self._replace(self._c("schemas"), _schema_query(schema.uuid, expected_revision_id), _schema_doc(schema))
 
     def delete_schema(self, project_uuid: str, uuid: str) -> bool:
         self._c("topics").update_many(
-            {"project_uuid": project_uuid, "schema_uuid": uuid}, {"$set": {"schema_uuid": ""}}
+            {"project_uuid": project_uuid, "schema_uuid": uuid}, {"$set": {"schema_uuid": "", "schema_encoding": ""}}
         )
         return self._c("schemas").delete_one({"project_uuid": project_uuid, "uuid": uuid}).deleted_count > 0
 

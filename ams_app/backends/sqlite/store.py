@@ -44,6 +44,7 @@ from ams_app.models import (
     binding_from_doc,
     cursor_from_doc,
     cursor_to_doc,
+    schema_from_doc,
     service_type_from_doc,
     snapshot_from_doc,
     snapshot_to_doc,
@@ -195,9 +196,21 @@ CREATE TABLE snapshots (
 CREATE INDEX snapshots_by_subscription ON snapshots (project_uuid, subscription);
 """
 
+#: Version 5: schemas have revisions (docs/compatibility.md, "Schemas"): each schema written before
+#: gets its first revision id (8 random lower-case hex digits), created when the upgrade ran, and no
+#: earlier revisions. (Topics' schema_encoding needs no step: a document without it reads as "".)
+SCHEMA_REVISIONS = """
+UPDATE schemas SET doc = json_set(
+    doc,
+    '$.revision_id', lower(hex(randomblob(4))),
+    '$.revision_created_ns', CAST(strftime('%s', 'now') AS INTEGER) * 1000000000,
+    '$.revisions', json('[]')
+) WHERE json_type(doc, '$.revision_id') IS NULL;
+"""
+
 #: The schema's migrations, in order: a database at version n has had the first n
 #: (ams_app/backends/sqlite/db.py). Append; never edit one that has shipped.
-MIGRATIONS = (BASELINE, MEMBERSHIPS_BY_USER, TOKEN_HASH, SNAPSHOTS)
+MIGRATIONS = (BASELINE, MEMBERSHIPS_BY_USER, TOKEN_HASH, SNAPSHOTS, SCHEMA_REVISIONS)
 
 
 def _dump(doc: dict[str, Any]) -> str:
@@ -692,20 +705,23 @@ class SqliteMetadataStore:
                 f"SELECT doc FROM schemas WHERE project_uuid=? AND {column}=?", (project_uuid, value)
             ).fetchone()
         )
-        return Schema(**json.loads(row[0])) if row else None
+        return schema_from_doc(json.loads(row[0])) if row else None
 
     def list_schemas(self, project_uuid: str) -> list[Schema]:
         rows = self.db.read(
             lambda c: c.execute("SELECT doc FROM schemas WHERE project_uuid=? ORDER BY seq", (project_uuid,)).fetchall()
         )
-        return [Schema(**json.loads(r[0])) for r in rows]
+        return [schema_from_doc(json.loads(r[0])) for r in rows]
 
-    def update_schema(self, schema: Schema) -> bool:
+    def update_schema(self, schema: Schema, expected_revision_id: str | None = None) -> bool:
         def tx(conn: sqlite3.Connection) -> bool:
-            changed = _write(
-                conn, "UPDATE schemas SET name=?, doc=? WHERE uuid=?", (schema.name, _dump(to_doc(schema)), schema.uuid)
-            )
-            return bool(changed)  # None: the name is taken; 0: no such schema
+            sql = "UPDATE schemas SET name=?, doc=? WHERE uuid=?"
+            args = [schema.name, _dump(to_doc(schema)), schema.uuid]
+            if expected_revision_id is not None:
+                sql += " AND COALESCE(json_extract(doc, '$.revision_id'), '')=?"
+                args.append(expected_revision_id)
+            changed = _write(conn, sql, args)
+            return bool(changed)  # None: the name is taken; 0: no such schema (or not at that revision)
 
         return self.db.run(tx)
 
@@ -716,7 +732,8 @@ class SqliteMetadataStore:
                 (project_uuid, uuid),
             ).fetchall()
             for seq, doc in rows:
-                conn.execute("UPDATE topics SET doc=? WHERE seq=?", (_dump(json.loads(doc) | {"schema_uuid": ""}), seq))
+                detached = json.loads(doc) | {"schema_uuid": "", "schema_encoding": ""}
+                conn.execute("UPDATE topics SET doc=? WHERE seq=?", (_dump(detached), seq))
             return (
                 conn.execute("DELETE FROM schemas WHERE project_uuid=? AND uuid=?", (project_uuid, uuid)).rowcount > 0
             )

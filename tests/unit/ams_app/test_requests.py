@@ -50,6 +50,24 @@ def test_a_new_topic_takes_an_empty_body_or_string_fields() -> None:
     assert refused(requests.new_topic, [], "p").message == "Invalid Request Body"
 
 
+def test_a_schema_encoding_goes_beside_a_schema() -> None:
+    ref = "projects/p/schemas/s"
+    assert requests.new_topic({"schema": ref, "schemaEncoding": "json"}, "p") == requests.NewTopic("s", 0, "JSON")
+    assert requests.new_topic({"schema": ref, "schemaEncoding": ""}, "p") == requests.NewTopic("s")
+    assert refused(requests.new_topic, {"schemaEncoding": "JSON"}, "p").message == "schemaEncoding needs a schema"
+    message = refused(requests.new_topic, {"schema": ref, "schemaEncoding": "AVRO"}, "p").message
+    assert message == "Schema encoding can only be 'JSON' or 'BINARY'"
+    assert requests.attached_schema({"schema": ref}, "p") == requests.AttachedSchema("s")
+    assert requests.attached_schema({"schema": ref, "schemaEncoding": "BINARY"}, "p") == requests.AttachedSchema(
+        "s", "BINARY"
+    )
+    assert requests.attached_schema(None, "p") == requests.AttachedSchema("")
+    assert refused(requests.attached_schema, {"schemaEncoding": "JSON"}, "p").message == "schemaEncoding needs a schema"
+    assert refused(requests.attached_schema, {"schema": ref, "schemaEncoding": 1}, "p").message == (
+        "Invalid Request Body"
+    )
+
+
 def test_messages_are_checked_one_by_one_and_against_the_limits() -> None:
     limits = Settings(max_publish_messages=2, max_attributes=1, max_message_bytes=8)
     got = requests.messages({"messages": [{"data": "YQ=="}, {"attributes": {"k": "v"}}]}, limits)
@@ -264,6 +282,9 @@ def test_schema_bodies() -> None:
     assert requests.new_schema({"type": "JSON", "schema": {}}) == requests.NewSchema("json", {})
     assert refused(requests.new_schema, {"type": "json"}).message == "Invalid Schema Arguments"
     assert refused(requests.new_schema, {"type": "xml", "schema": {}}).message.startswith("Schema type can only")
+    assert requests.new_schema({"type": "Protobuf", "schema": "message A {}"}) == requests.NewSchema(
+        "protobuf", "message A {}"
+    )
     update = requests.schema_update({"name": "projects/p/schemas/renamed", "schema": None}, "p")
     assert dataclasses.astuple(update) == ("renamed", None, None, True)
     assert not requests.schema_update({"type": "avro"}, "p").replaces_schema

@@ -5,9 +5,12 @@ leaves the version it had, and a database of a newer release is refused."""
 from __future__ import annotations
 
 import contextlib
+import json
+import re
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,6 +74,36 @@ def test_a_database_of_the_version_before_snapshots_upgrades_and_keeps_its_data(
     finally:
         store.close()
     assert "snapshots_by_subscription" in indexes(path)
+
+
+def test_schemas_written_before_revisions_get_a_first_revision(tmp_path: Path) -> None:
+    path = tmp_path / "metadata.db"
+    before = sqlite_store.MIGRATIONS.index(sqlite_store.SCHEMA_REVISIONS)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        migrate(conn, sqlite_store.MIGRATIONS[:before])
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:  # data written by that version
+        for n in (1, 2):
+            doc = json.dumps({"uuid": f"s-{n}", "project_uuid": "p-1", "name": f"s{n}", "type": "json", "schema": {}})
+            conn.execute(
+                "INSERT INTO schemas (project_uuid, uuid, name, doc) VALUES ('p-1', ?, ?, ?)", (f"s-{n}", f"s{n}", doc)
+            )
+        topic = {"project_uuid": "p-1", "name": "t", "created_on": 0, "acl": [], "schema_uuid": "s-1", "retention_s": 0}
+        conn.execute("INSERT INTO topics (project_uuid, name, doc) VALUES ('p-1', 't', ?)", (json.dumps(topic),))
+    started = time.time_ns()
+    store = sqlite_store.SqliteMetadataStore(str(path))
+    try:
+        first, second = store.list_schemas("p-1")
+        for schema in (first, second):
+            assert re.fullmatch(r"[0-9a-f]{8}", schema.revision_id), schema
+            assert started - 2 * 10**9 <= schema.revision_created_ns <= time.time_ns()
+            assert (schema.schema, schema.revisions) == ({}, [])
+        assert first.revision_id != second.revision_id
+        assert store.get_schema("p-1", uuid="s-1") == first  # written down, not made up on each read
+        topic_read = store.get_topic("p-1", "t")
+        assert topic_read is not None
+        assert (topic_read.schema_uuid, topic_read.schema_encoding) == ("s-1", "")
+    finally:
+        store.close()
 
 
 def test_an_unversioned_data_directory_upgrades_in_place_and_keeps_its_data(tmp_path: Path) -> None:
