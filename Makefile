@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 DATA   ?= .data
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
+GRPC_PORT ?= 8085
 PYTEST_ARGS ?=
 
 .PHONY: venv run test test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down cluster-status authn-demo authn-demo-down
@@ -18,10 +19,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
-## Run the service on the embedded backend at http://$(HOST):$(PORT)
+## Run the service on the embedded backend at http://$(HOST):$(PORT), and Google's Pub/Sub gRPC API
+## at $(HOST):$(GRPC_PORT) in emulator mode: calls without credentials act as admin (docs/pubsub.md)
 run: venv
 	$(BIN)/ams admin bootstrap --data-dir $(DATA)
-	$(BIN)/ams serve --data-dir $(DATA) --host $(HOST) --port $(PORT)
+	$(BIN)/ams serve --data-dir $(DATA) --host $(HOST) --port $(PORT) --grpc-port $(GRPC_PORT) --grpc-emulator-user admin
 
 ## Run the whole test suite on both backends: starts Kafka, ZooKeeper and FerretDB first
 ## (installing them on first use), then real servers over sockets, the official client over HTTPS

@@ -21,6 +21,8 @@ def _settings(args: argparse.Namespace) -> Settings:
         "data_dir": args.data_dir,
         "tls_cert": getattr(args, "tls_cert", None),
         "tls_key": getattr(args, "tls_key", None),
+        "grpc_port": getattr(args, "grpc_port", None),
+        "grpc_emulator_user": getattr(args, "grpc_emulator_user", None),
     }
     return load_settings(args.config, overrides=overrides)
 
@@ -39,6 +41,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default 8080)")
     serve.add_argument("--tls-cert", help="PEM certificate: serve HTTPS")
     serve.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    serve.add_argument("--grpc-port", type=int, help="port of the Pub/Sub gRPC API (default 0: none; docs/pubsub.md)")
+    serve.add_argument(
+        "--grpc-emulator-user", help="the user that gRPC calls without credentials act as (loopback only)"
+    )
 
     authn = sub.add_parser("authn", help="run AuthN: client certificates in, AMS tokens out (docs/authn.md)")
     common(authn)

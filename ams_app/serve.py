@@ -26,6 +26,7 @@ from gevent.pywsgi import WSGIHandler, WSGIServer  # noqa: E402
 from ams_app.app import create_app  # noqa: E402
 from ams_app.errors import AmsError  # noqa: E402
 from ams_app.logs import configure_logging  # noqa: E402
+from ams_app.pubsub.server import start as start_grpc  # noqa: E402
 from ams_app.push.worker import start_push  # noqa: E402
 from ams_app.service.core import AmsService  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
@@ -311,13 +312,17 @@ def serve(settings: Settings) -> int:
     server.stop_timeout = settings.shutdown_timeout
 
     stop_push = start_push(service, settings)
+    grpc_server = start_grpc(service, settings)
     stopped = Event()
 
     def stop(signum: int) -> None:
         log.info("signal %d: stopping (in-flight requests get %.0fs)", signum, settings.shutdown_timeout)
-        service.stopping.set()  # waiting pulls answer now
+        service.stopping.set()  # waiting pulls answer now, streams end with UNAVAILABLE
         pushing = gevent.spawn(stop_push, settings.shutdown_timeout)  # posts in flight finish meanwhile
+        grpc_stop = gevent.spawn(grpc_server.stop, settings.shutdown_timeout) if grpc_server is not None else None
         server.drain(settings.shutdown_timeout, settings.shutdown_idle_seconds)
+        if grpc_stop is not None:
+            grpc_stop.join()
         pushing.join()
         stopped.set()
 

@@ -162,6 +162,13 @@ class Settings:
     prometheus_series_limit: int = setting(500, at_least=0)
     #: Host name reported by /v1/version (omitted when empty).
     proxy_hostname: str = ""
+    #: TCP port of Google's Pub/Sub v1 gRPC API on ``host`` (docs/pubsub.md), with TLS when
+    #: tls_cert and tls_key are set; 0: no gRPC listener.
+    grpc_port: int = setting(0, at_least=0, at_most=65535)
+    #: Emulator mode, for developers: the name of the user whose rights gRPC calls without
+    #: credentials get (Google's clients send none when PUBSUB_EMULATOR_HOST is set). Empty: such
+    #: calls are UNAUTHENTICATED. Refused unless host is a loopback address.
+    grpc_emulator_user: str = ""
 
     # --- backend ---------------------------------------------------------------------------
     #: Which backend pair to use: ``embedded`` keeps everything in SQLite under data_dir;
@@ -338,6 +345,13 @@ class Settings:
         if self.consume_owner and self.backend == "kafka" and not self.zookeeper_hosts:
             raise SettingsError("consume_owner on backend kafka needs zookeeper_hosts (or consume_owner: false)")
         self._check_links()
+        if self.grpc_port and self.grpc_port == self.port:
+            raise SettingsError("grpc_port must differ from port")
+        if self.grpc_emulator_user and not _loopback(self.host):
+            raise SettingsError(
+                "grpc_emulator_user lets calls without credentials in: host must be a loopback address"
+                f" (127.0.0.1, ::1, localhost), not {self.host!r}"
+            )
         if bool(self.authn_tls_cert) != bool(self.authn_tls_key):
             raise SettingsError("authn_tls_cert and authn_tls_key must be given together")
         if self.authn_check_crls and not self.authn_ca_dir:
@@ -403,6 +417,17 @@ class Settings:
     def push_root(self) -> str:
         """The ZooKeeper path of the push workers."""
         return (self.push_znode or f"/ams-push/{self.mongo_database}").rstrip("/")
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 _FIELDS = {f.name: f for f in fields(Settings)}

@@ -59,6 +59,8 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory, test_ca: trustme.CA) -> 
     ca.cert_pem.write_to_path(str(ca_path))
     old = os.environ.get("REQUESTS_CA_BUNDLE")
     os.environ["REQUESTS_CA_BUNDLE"] = str(ca_path)
+    # gRPC's roots, for Google's Pub/Sub clients over TLS (read once, at the first secure channel)
+    os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(ca_path)
     yield str(cert_path), str(key_path), str(ca_path)
     if old is None:
         os.environ.pop("REQUESTS_CA_BUNDLE", None)

@@ -218,8 +218,11 @@ class AmsServer:
         self.tls = tls
         self.token = token
         self.address, self.port = listen or ("127.0.0.1", free_port())
+        #: The Pub/Sub gRPC API's port (docs/pubsub.md): every test server has one.
+        self.grpc_port = free_port()
         # no proxy reuses connections here: idle keep-alive connections need no grace at a stop
         self.env = {
+            "AMS_GRPC_PORT": str(self.grpc_port),
             "AMS_PULL_WAIT_SECONDS": "2",
             "AMS_SHUTDOWN_IDLE_SECONDS": "0.5",
             **backend_env(backend),
@@ -231,6 +234,10 @@ class AmsServer:
     @property
     def host(self) -> str:
         return f"{self.address}:{self.port}"
+
+    @property
+    def grpc_host(self) -> str:
+        return f"{self.address}:{self.grpc_port}"
 
     @property
     def url(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 import urllib3
 from flask import Response, request
@@ -22,10 +23,16 @@ from ams_app.service.owner import ForwardTo, moved
 from ams_app.service.validation import valid_name
 
 log = logging.getLogger("ams.owner")
+R = TypeVar("R")
 
 #: The header a forwarded request carries; a request with it is never forwarded again.
 HEADER = "X-Ams-Forwarded-By"
 
+#: The header of a forwarded acknowledgement whose ids each acknowledge their own message, on a
+#: subscription whose REST acknowledgements are cumulative (ams_app/api/subscriptions.py): the gRPC
+#: API's, sent on to the owner (ams_app/pubsub/owned.py).
+ACKS_HEADER = "X-Ams-Acks"
+EACH = "each"
 _PASSED = ("x-api-key", "authorization", "content-type", "accept")
 _pools: dict[str, urllib3.PoolManager] = {}
 #: Idle keep-alive connections kept to each other node (more are opened while busy).
@@ -72,10 +79,7 @@ def serve_owned(svc: AmsService, serve: Callable[[], Response], view_args: dict[
 
 
 def forward(svc: AmsService, target: ForwardTo, serve_here: Callable[[], Response]) -> Response:
-    """The owner's answer to this request. An owner that cannot be reached (its node died, or is
-    stopping) still holds its claim until ZooKeeper ends its session: the request waits for that,
-    then is served as if it had just come in (``serve_here``: by claiming the subscription, or it
-    raises ForwardTo for the next owner), instead of answering 503 while ownership moves."""
+    """The owner's answer to this request (``through_owner``)."""
     if request.headers.get(HEADER):
         # the node that sent it here thinks we own it, we think another does: ownership is moving
         raise moved()
@@ -83,9 +87,31 @@ def forward(svc: AmsService, target: ForwardTo, serve_here: Callable[[], Respons
         data = request.get_data()  # read here first when the request is forwarded before any check
     except RequestEntityTooLarge as exc:
         raise AmsError.too_large("Request body is too large") from exc
+    headers = {name: value for name, value in request.headers.items() if name.lower() in _PASSED}
+
+    def there(owner: ForwardTo) -> Response:
+        answer = call_owner(svc, owner, request.method, request.full_path.rstrip("?"), data, headers)
+        response = Response(answer.data, status=answer.status)
+        for name in ("Content-Type", "Allow"):
+            value = answer.headers.get(name)
+            if value is not None:
+                response.headers[name] = value
+        return response
+
+    return through_owner(svc, target, there, serve_here)
+
+
+def through_owner(
+    svc: AmsService, target: ForwardTo, send_there: Callable[[ForwardTo], R], serve_here: Callable[[], R]
+) -> R:
+    """``send_there``'s answer from the owner. An owner that cannot be reached (its node died, or
+    is stopping) still holds its claim until ZooKeeper ends its session: the call waits for that,
+    then is served as if it had just come in (``serve_here``: by claiming the subscription, or it
+    raises ForwardTo for the next owner), instead of answering 503 while ownership moves. The
+    gRPC API (ams_app/pubsub/owned.py) passes its calls on the same way."""
     for _ in range(_OWNER_CHANGES):
         try:
-            return _send(svc, target, data)
+            return send_there(target)
         except _UNREACHABLE as exc:
             log.warning("owner: forwarding to %s failed: %s", target.url, exc)
             if svc.owners is None or not svc.owners.wait_for_release(target.key, target.url):
@@ -97,17 +123,21 @@ def forward(svc: AmsService, target: ForwardTo, serve_here: Callable[[], Respons
     raise moved()
 
 
-def _send(svc: AmsService, target: ForwardTo, data: bytes) -> Response:
+def call_owner(
+    svc: AmsService, target: ForwardTo, method: str, path: str, data: bytes, headers: dict[str, str]
+) -> urllib3.BaseHTTPResponse:
+    """Send one request to the owner's API (``path`` from /v1 on, with its query), once, marked
+    as forwarded; its answer, whatever its status. Raises _UNREACHABLE's errors for an owner that
+    cannot be reached (``through_owner`` waits for its claim to go), 503 for one that answers
+    too slowly or whose certificate is refused."""
     settings = svc.settings
-    headers = {name: value for name, value in request.headers.items() if name.lower() in _PASSED}
-    headers[HEADER] = settings.node_name or settings.node_url
-    url = target.url + request.full_path.rstrip("?")
+    sent = {**headers, HEADER: settings.node_name or settings.node_url}
     try:
-        answer = _pool(settings.forward_ca_file).request(
-            request.method,
-            url,
+        return _pool(settings.forward_ca_file).request(
+            method,
+            target.url + path,
             body=data,
-            headers=headers,
+            headers=sent,
             # a node that is up connects at once; one that is gone must not hold the request long
             timeout=urllib3.Timeout(
                 connect=_CONNECT_SECONDS, read=settings.pull_wait_seconds + settings.kafka_timeout_seconds + 10
@@ -116,7 +146,7 @@ def _send(svc: AmsService, target: ForwardTo, data: bytes) -> Response:
             redirect=False,
         )
     except _UNREACHABLE:
-        raise  # forward() waits for its claim to go
+        raise
     except urllib3.exceptions.HTTPError as exc:
         # an owner that answers too slowly (it may be fine), or whose certificate is refused
         log.warning("owner: forwarding to %s failed: %s", target.url, exc)
@@ -124,12 +154,6 @@ def _send(svc: AmsService, target: ForwardTo, data: bytes) -> Response:
         if owners is not None:
             owners.unreachable(target.key)
         raise moved() from exc
-    response = Response(answer.data, status=answer.status)
-    for name in ("Content-Type", "Allow"):
-        value = answer.headers.get(name)
-        if value is not None:
-            response.headers[name] = value
-    return response
 
 
 def _pool(ca_file: str) -> urllib3.PoolManager:

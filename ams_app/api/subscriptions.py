@@ -6,6 +6,7 @@ from typing import Any
 
 from flask import Response, request
 
+from ams_app.api.forward import ACKS_HEADER, EACH
 from ams_app.api.pipeline import (
     PROJECT,
     SUBSCRIPTION,
@@ -79,8 +80,10 @@ def subs_pull(ctx: Ctx, project: str, subscription: str) -> Response:
 def subs_ack(ctx: Ctx, project: str, subscription: str) -> Response:
     found = ctx.svc.subscription(ctx.proj, subscription)
     refs = requests.acknowledgement(body(), ctx.proj.name, found.name)
-    # the AMS meaning on a plain subscription: an ack id acknowledges its pull up to it
-    ctx.svc.acknowledge(ctx.proj, found, refs, received_ns(), cumulative=not found.per_message)
+    # the AMS meaning on a plain subscription: an ack id acknowledges its pull up to it; Pub/Sub's
+    # (each id its own message) when the gRPC API sends an acknowledgement on (ams_app/pubsub/owned.py)
+    each = request.headers.get(ACKS_HEADER) == EACH
+    ctx.svc.acknowledge(ctx.proj, found, refs, received_ns(), cumulative=not (found.per_message or each))
     return ok({})
 
 

@@ -73,3 +73,9 @@ class MessageLog(Protocol):
     def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
         """Return when the topic may have grown since ``marker`` was read, or after ``timeout`` s."""
         ...
+
+    def wake(self, key: str) -> None:
+        """Wake the pulls of this process waiting on the topic as an append would: something
+        else made messages deliverable (an acknowledgement freed an ordering key, a nack gave
+        messages back)."""
+        ...

@@ -347,6 +347,12 @@ def push_change(raw: Any) -> PushRequest | None:
 class PullRequest:
     max_messages: int  # at least 1 (the service caps it)
     return_immediately: bool
+    #: Seconds the leases of this pull last (None: the subscription's ack deadline); a gRPC
+    #: StreamingPull's stream_ack_deadline_seconds (ams_app/pubsub/streaming.py).
+    ack_deadline: int | None = None
+    #: Longest wait for a first message (None: pull_wait_seconds); a stream pulls in short waits
+    #: so that it notices its end.
+    wait_seconds: float | None = None
 
 
 def pull_request(raw: Any) -> PullRequest:

@@ -103,6 +103,27 @@ class SubscriptionOps(PushOps):
         sub.filter, sub.ordered, sub.exactly_once = request.filter, request.ordered, request.exactly_once
         sub.retain_acked = request.retain_acked
 
+    def update_subscription(self, project: Project, name: str, request: NewSubscription) -> Subscription:
+        """Pub/Sub's UpdateSubscription (ams_app/pubsub/): the ack deadline, retry and dead-letter
+        policies and retainAckedMessages become ``request``'s. Its topic, filter, ordering and
+        exactly-once must be the subscription's: they do not change (the push configuration
+        changes through ``modify_push_config``)."""
+        sub = self.subscription(project, name)
+        fixed = (sub.topic, sub.filter, sub.ordered, sub.exactly_once)
+        if (request.topic, request.filter, request.ordered, request.exactly_once) != fixed:
+            raise AmsError.invalid_data(
+                "topic, filter, enableMessageOrdering and enableExactlyOnceDelivery cannot be changed"
+            )
+        if sub.push.enabled and (request.retry or request.dead_letter):
+            raise AmsError.invalid_data(PUSH_PER_MESSAGE)
+        sub.ack_deadline = self.settings.default_ack_deadline if request.ack_deadline is None else request.ack_deadline
+        sub.min_backoff_ms = sub.max_backoff_ms = 0
+        sub.dead_letter_project = sub.dead_letter_topic = ""
+        sub.max_delivery_attempts = 0
+        self._delivery_policy(project, sub, request)
+        self.store.update_subscription(sub)
+        return sub
+
     def delete_subscription(self, project: Project, name: str) -> str | None:
         """Delete; for an active push subscription, say that its delivery stopped."""
         sub = self.subscription(project, name)
@@ -146,6 +167,8 @@ class SubscriptionOps(PushOps):
             lambda c: dl.modify_deadline(c, refs, seconds, received_ns, policy),
             durable=policy.exactly_once,
         )
+        if seconds == 0 and len(failed) < len(refs):  # given back: deliverable now (or after backoff)
+            self.log.wake(topic_key(project, sub.topic))
         self._refused_ids(project, sub, refs, failed)
 
     def _refused_ids(self, project: Project, sub: Subscription, refs: list[AckRef], failed: dict[int, str]) -> None:
@@ -196,8 +219,10 @@ class SubscriptionOps(PushOps):
         the first message."""
         key = topic_key(project, sub.topic)
         max_messages = min(request.max_messages, self.settings.max_pull_messages)
-        wait = 0.0 if request.return_immediately else self.settings.pull_wait_seconds
-        give_up = time.monotonic() + wait
+        wait = self.settings.pull_wait_seconds if request.wait_seconds is None else request.wait_seconds
+        give_up = time.monotonic() + (0.0 if request.return_immediately else wait)
+        if request.ack_deadline is not None:
+            sub = dataclasses.replace(sub, ack_deadline=request.ack_deadline)  # this pull's leases only
         if sub.per_message:
             return self._pull_per_message(project, sub, key, max_messages, give_up)
         while True:
@@ -416,6 +441,8 @@ class SubscriptionOps(PushOps):
             failed: dict[int, str] = self._cursor_op(
                 project, sub, lambda c: dl.acknowledge(c, refs, received_ns, policy)
             )
+            if sub.ordered and len(failed) < len(refs):  # the next message of its key may go now
+                self.log.wake(topic_key(project, sub.topic))
             self._refused_ids(project, sub, refs, failed)
             return failed
         offsets = [offset for offset, _ in refs]

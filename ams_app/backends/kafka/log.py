@@ -721,6 +721,9 @@ class KafkaMessageLog:
     def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
         self._notifier.wait(key, marker, timeout)
 
+    def wake(self, key: str) -> None:
+        self._notifier.notify(key)
+
 
 #: What _triaged answers for an end-of-partition event.
 _END = KafkaError(KafkaError._PARTITION_EOF)

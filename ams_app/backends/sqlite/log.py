@@ -162,6 +162,9 @@ class SqliteMessageLog:
     def wait_for_append(self, key: str, marker: int, timeout: float) -> None:
         self._notifier.wait(key, marker, timeout)
 
+    def wake(self, key: str) -> None:
+        self._notifier.notify(key)
+
     def purge_expired(self) -> int:
         """Remove messages past retention (a topic's own, or the log's); return how many went."""
         now = now_ns()

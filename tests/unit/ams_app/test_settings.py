@@ -125,6 +125,8 @@ LITERAL = [
     ("authn_port", 65535, 65536),
     ("push_worker_metrics_port", 0, -1),
     ("push_worker_metrics_port", 65535, 65536),
+    ("grpc_port", 0, -1),
+    ("grpc_port", 65535, 65536),
     ("default_ack_deadline", 1, 0),
     ("default_ack_deadline", 600, 601),
     ("kafka_replication_factor", 1, 0),
@@ -245,11 +247,19 @@ def test_setting_takes_one_lower_bound() -> None:
         ),
         ({"authn_tls_key": "/k.pem"}, "authn_tls_cert and authn_tls_key must be given together"),
         ({"authn_check_crls": True}, "authn_check_crls needs authn_ca_dir"),
+        ({"grpc_port": 8080}, "grpc_port must differ from port"),
+        ({"grpc_emulator_user": "dev", "host": "0.0.0.0"}, "grpc_emulator_user lets calls without credentials in"),
+        ({"grpc_emulator_user": "dev", "host": "10.0.0.5"}, "host must be a loopback address"),
     ],
 )
 def test_rules_between_settings(values: dict[str, Any], reason: str) -> None:
     with pytest.raises(SettingsError, match=reason):
         load_settings(environ={}, overrides=values)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_emulator_mode_is_allowed_on_loopback(host: str) -> None:
+    assert load_settings(environ={}, overrides={"grpc_emulator_user": "dev", "host": host}).grpc_emulator_user == "dev"
 
 
 def test_consume_owner_is_the_default_on_backend_kafka() -> None:

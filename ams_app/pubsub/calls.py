@@ -1,0 +1,182 @@
+"""Who calls, whether they may, and how a refusal reads: the gRPC edge's pipeline, the twin of
+ams_app/api/pipeline.py's ``authenticate`` (docs/pubsub.md, "Authentication").
+
+A token comes as ``x-goog-api-key`` metadata (what Google's clients send for
+``client_options={"api_key": ...}``), as ``authorization: Bearer``, or as ``x-api-key``. A call
+without one acts as ``grpc_emulator_user`` when that is set (emulator mode: Google's clients send
+no credentials when PUBSUB_EMULATOR_HOST is set), else it is UNAUTHENTICATED. Each RPC names the
+REST route it stands for, and may be called by exactly the roles that route declares."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from ams_app import auth
+from ams_app.api.pipeline import ROUTE_ROLES
+from ams_app.auth import Caller
+from ams_app.errors import AmsError
+from ams_app.models import Project
+from ams_app.service.core import AmsService
+from ams_app.service.validation import valid_name
+
+log = logging.getLogger("ams.grpc")
+T = TypeVar("T")
+
+#: What an exactly-once acknowledgement's refused ids are called in google.rpc.ErrorInfo, as
+#: Google's clients read them (each id's value says why; a PERMANENT_ one is not retried).
+ACK_ID_FAILURE = "EXACTLY_ONCE_ACKID_FAILURE"
+INVALID_ACK_ID = "PERMANENT_FAILURE_INVALID_ACK_ID"
+DOMAIN = "pubsub.googleapis.com"
+
+
+@dataclass
+class Call:
+    """An authorised call: the service, the caller with their roles in the call's project, the
+    project, and the token it came with (passed on when the call goes to a subscription's owner)."""
+
+    svc: AmsService
+    caller: Caller
+    project: Project
+    token: str
+
+
+def token_of(context: grpc.ServicerContext) -> str:
+    """The token the call carries, "" for none."""
+    found = ""
+    for key, value in context.invocation_metadata() or ():
+        if not isinstance(value, str):
+            continue
+        if key == "x-goog-api-key" or key == "x-api-key":
+            return value.strip()
+        if key == "authorization" and value[:7].lower() == "bearer ":
+            found = value[7:].strip()
+    return found
+
+
+def _caller(svc: AmsService, context: grpc.ServicerContext) -> tuple[Caller, str]:
+    token = token_of(context)
+    if not token and svc.settings.grpc_emulator_user:
+        user = svc.store.get_user(name=svc.settings.grpc_emulator_user)
+        if user is None:
+            raise AmsError.unauthorized()
+        return Caller(user, frozenset(user.service_roles)), user.token
+    caller = svc.caller_for_token(token)
+    if caller is None:
+        raise AmsError.unauthorized()
+    return caller, token
+
+
+def authorize(svc: AmsService, context: grpc.ServicerContext, route: str, project_name: str) -> Call:
+    """The call, if its caller may call ``route`` (a REST route's name: its declared roles) in
+    the project: UNAUTHENTICATED without a known token or without roles in the project (as the
+    REST API's 401), PERMISSION_DENIED without one of the route's roles, NOT_FOUND for a project
+    that does not exist."""
+    if not valid_name(project_name):
+        raise AmsError.invalid_name("project")
+    caller, token = _caller(svc, context)
+    project = svc.project(project_name)
+    if caller.user is not None:
+        caller = Caller(caller.user, auth.effective_roles(caller.user, project.uuid))
+        if not caller.roles:
+            raise AmsError.unauthorized()
+    if not auth.allowed(ROUTE_ROLES[route], caller):
+        raise AmsError.forbidden()
+    return Call(svc, caller, project, token)
+
+
+# --- refusals -----------------------------------------------------------------------------------
+_BY_HTTP = {
+    400: grpc.StatusCode.INVALID_ARGUMENT,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.NOT_FOUND,
+    408: grpc.StatusCode.DEADLINE_EXCEEDED,
+    413: grpc.StatusCode.INVALID_ARGUMENT,
+    429: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    500: grpc.StatusCode.INTERNAL,
+    501: grpc.StatusCode.UNIMPLEMENTED,
+    503: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def status_code(error: AmsError) -> grpc.StatusCode:
+    """The gRPC status of an AMS error: by its HTTP code, and a 409 by what it says (ALREADY_EXISTS
+    for a name taken, FAILED_PRECONDITION for a state that forbids the call)."""
+    if error.code == 409:
+        return (
+            grpc.StatusCode.ALREADY_EXISTS if error.status == "ALREADY_EXISTS" else grpc.StatusCode.FAILED_PRECONDITION
+        )
+    return _BY_HTTP.get(error.code, grpc.StatusCode.UNKNOWN if error.code < 500 else grpc.StatusCode.INTERNAL)
+
+
+def abort(context: grpc.ServicerContext, error: AmsError) -> None:
+    """End the call with the error's status (never returns). An exactly-once acknowledgement's
+    refused ids go in a google.rpc.ErrorInfo detail, id -> reason, as Google's clients read it."""
+    code = status_code(error)
+    refused = (error.more or {}).get("ackIdErrors")
+    if isinstance(refused, dict) and refused:
+        info = error_details_pb2.ErrorInfo(
+            reason=ACK_ID_FAILURE, domain=DOMAIN, metadata={str(ack_id): INVALID_ACK_ID for ack_id in refused}
+        )
+        detail = any_pb2.Any()
+        detail.Pack(info)
+        status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message, details=[detail])
+        context.abort_with_status(rpc_status.to_status(status))
+    context.abort(code, error.message)
+
+
+def unary(method: Callable[..., T]) -> Callable[..., T]:
+    """A unary RPC's implementation, ``method(self, request, context)``: an AmsError ends the call
+    with its status; anything else unexpected is logged and INTERNAL."""
+
+    @functools.wraps(method)
+    def run(self: Any, request: Any, context: grpc.ServicerContext) -> T:
+        try:
+            return method(self, request, context)
+        except AmsError as error:
+            abort(context, error)
+            raise AssertionError("unreachable") from error  # abort raised already
+        except grpc.RpcError:
+            raise
+        except Exception as exc:
+            if _aborted(exc):
+                raise
+            log.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, "Internal error")
+            raise AssertionError("unreachable") from exc
+
+    return run
+
+
+def streaming(method: Callable[..., Iterator[T]]) -> Callable[..., Iterator[T]]:
+    """As ``unary``, for a streaming response."""
+
+    @functools.wraps(method)
+    def run(self: Any, requests: Any, context: grpc.ServicerContext) -> Iterator[T]:
+        try:
+            yield from method(self, requests, context)
+        except AmsError as error:
+            abort(context, error)
+        except grpc.RpcError:
+            raise
+        except Exception as exc:
+            if _aborted(exc):
+                raise
+            log.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, "Internal error")
+
+    return run
+
+
+def _aborted(exc: Exception) -> bool:
+    """The exception grpc raises from context.abort (a plain Exception, not an RpcError)."""
+    return type(exc).__name__ == "Exception" and not exc.args
