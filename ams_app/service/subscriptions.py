@@ -28,7 +28,7 @@ from ams_app.service.push import PushOps, active
 from ams_app.service.push_config import PushRequest
 from ams_app.service.requests import PUSH_PER_MESSAGE, AckRef, DeadlineChange, NewSubscription, PullRequest
 from ams_app.service.usage import UsageCounters
-from ams_app.timeutil import now_ns, parse_iso8601_ns
+from ams_app.timeutil import now_ns, parse_iso8601_ns, zulu_nanos
 
 _INT64 = (-(2**63), 2**63 - 1)
 #: Seconds a pull goes on reading while what it reads is all turned away by the filter (each read
@@ -41,6 +41,7 @@ _NO_LOCK = contextlib.nullcontext()
 DEAD_LETTER_SOURCE = "CloudPubSubDeadLetterSourceSubscription"
 DEAD_LETTER_SOURCE_PROJECT = "CloudPubSubDeadLetterSourceSubscriptionProject"
 DEAD_LETTER_COUNT = "CloudPubSubDeadLetterSourceDeliveryCount"
+DEAD_LETTER_PUBLISH_TIME = "CloudPubSubDeadLetterSourceTopicPublishTime"  # the original's publishTime
 log = logging.getLogger("ams.delivery")
 
 
@@ -343,6 +344,7 @@ class SubscriptionOps(PushOps):
                         DEAD_LETTER_SOURCE: sub.name,
                         DEAD_LETTER_SOURCE_PROJECT: project.name,
                         DEAD_LETTER_COUNT: str(r.attempts),
+                        DEAD_LETTER_PUBLISH_TIME: zulu_nanos(m.publish_ns),
                     },
                     m.ordering_key,
                 )

@@ -167,6 +167,7 @@ def test_a_poison_message_goes_to_the_dead_letter_topic_after_its_attempts(api: 
     for _ in range(5):
         got = {text(m): m for m in api.pull(project, sub, 2)}
         attempts.append(got["poison"]["deliveryAttempt"])
+        poison_published = got["poison"]["message"]["publishTime"]
         if "fine" in got:
             api.ack(project, sub, [got["fine"]["ackId"]])
         modack(api, project, sub, [got["poison"]["ackId"]], 0)
@@ -179,6 +180,7 @@ def test_a_poison_message_goes_to_the_dead_letter_topic_after_its_attempts(api: 
         "CloudPubSubDeadLetterSourceSubscription": sub,
         "CloudPubSubDeadLetterSourceSubscriptionProject": project,
         "CloudPubSubDeadLetterSourceDeliveryCount": "5",
+        "CloudPubSubDeadLetterSourceTopicPublishTime": poison_published,
     }
     assert api.ok("GET", f"/projects/{project}/subscriptions/{sub}:offsets")["current"] == 2
     r = api.delete(f"/projects/{project}/topics/{dead}")

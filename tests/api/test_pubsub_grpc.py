@@ -292,6 +292,9 @@ def test_dead_letter_topic_gets_the_message_after_its_attempts(clients: Clients,
     stop(future)
     assert dead.message.data == b"poison"
     assert dead.message.attributes["CloudPubSubDeadLetterSourceDeliveryCount"] == "5"
+    published = dead.message.attributes["CloudPubSubDeadLetterSourceTopicPublishTime"]  # the original's
+    assert published.startswith(got[0].publish_time.strftime("%Y-%m-%dT%H:%M:%S."))
+    assert published.endswith("Z")
     with pytest.raises(gexc.FailedPrecondition):
         clients.pub.delete_topic(topic=dead_topic)
 
