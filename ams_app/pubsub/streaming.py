@@ -60,6 +60,8 @@ class _Stream:
         self.max_bytes = max(int(first.max_outstanding_bytes), 0)
         #: ack id -> (payload bytes, monotonic time its lease ends as far as this node knows)
         self.out: dict[str, tuple[int, float]] = {}
+        self.out_bytes = 0
+        self._next_sweep = 0.0
         self.changed = Event()  # something went out of ``out``, or the stream ended
         self.ended = Event()
         self.error: AmsError | None = None
@@ -67,11 +69,18 @@ class _Stream:
         self.properties: dict[str, bool] = {}
 
     def room(self) -> int:
-        """How many messages the next pull may take: 0 while the stream is at its limits."""
+        """How many messages the next pull may take: 0 while the stream is at its limits. What
+        is out is looked through (for leases that ended) only at the limits, and at most once a
+        second: a stream with room does not pay for it on every pull."""
+        over = (self.max_messages and len(self.out) >= self.max_messages) or (
+            self.max_bytes and self.out_bytes >= self.max_bytes
+        )
         now = time.monotonic()
-        for ack_id in [a for a, (_, until) in self.out.items() if until <= now]:
-            del self.out[ack_id]
-        if self.max_bytes and sum(size for size, _ in self.out.values()) >= self.max_bytes:
+        if over and now >= self._next_sweep:
+            self._next_sweep = now + 1.0
+            for ack_id in [a for a, (_, until) in self.out.items() if until <= now]:
+                self.out_bytes -= self.out.pop(ack_id)[0]
+        if self.max_bytes and self.out_bytes >= self.max_bytes:
             return 0
         if not self.max_messages:
             return 2**31
@@ -80,7 +89,9 @@ class _Stream:
     def sent(self, deliveries: list[Delivery]) -> None:
         until = time.monotonic() + self.deadline_s
         for d in deliveries:
-            self.out[d.ack_id] = (len(d.message.data) * 3 // 4, until)
+            size = len(d.message.data) * 3 // 4  # base64 text: its bytes
+            self.out[d.ack_id] = (size, until)
+            self.out_bytes += size
 
     def settle(self, ack_ids: Any, seconds: int) -> None:
         """Acknowledged or given back (``seconds`` 0), or leased ``seconds`` more."""
@@ -93,6 +104,7 @@ class _Stream:
                 self.out[ack_id] = (found[0], now + seconds)
             else:
                 del self.out[ack_id]
+                self.out_bytes -= found[0]
         self.changed.set()
 
 
