@@ -15,8 +15,8 @@ Each target is started by the benchmark, on loopback, and stopped at the end:
 - ``embedded``: one `ams serve` on the embedded backend (tests/helpers.py AmsServer).
 - ``kafka3``: three `ams serve` nodes on the Kafka backend sharing one MongoDB database of their own
   (dropped at the end), with the settings tools/cluster.py gives its nodes (a node name each, one
-  consume owner per subscription) but each its own gRPC port: tools/cluster.py gives every node the
-  same environment, so it cannot. The publisher talks to node 1, stream i to node i mod 3.
+  consume owner per subscription, a gRPC port each), started here rather than by tools/cluster.py so
+  that the benchmark owns their lifetime. The publisher talks to node 1, stream i to node i mod 3.
 
 On `ams serve` the nodes listen for gRPC on AMS_GRPC_PORT, and calls without credentials act as the
 service admin AMS_GRPC_EMULATOR_USER (``ams admin bootstrap`` makes it before the first node starts);
