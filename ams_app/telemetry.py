@@ -69,6 +69,14 @@ class Telemetry:
             registry=r,
         )
         self.in_flight = Gauge("ams_http_requests_in_flight", "Requests being answered now.", registry=r)
+        self.grpc_calls = Histogram(
+            "ams_grpc_call_duration_seconds",
+            "Time a Pub/Sub gRPC call took (a StreamingPull: its whole stream), by RPC and status code.",
+            ["method", "code"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.grpc_streams = Gauge("ams_grpc_streams_open", "StreamingPull streams served now.", registry=r)
         self.refused = Counter(
             "ams_http_connections_refused",
             "Requests answered by the server before the app: a head or body too slow (408), a body too "

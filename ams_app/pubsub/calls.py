@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -135,44 +136,60 @@ def abort(context: grpc.ServicerContext, error: AmsError) -> None:
 
 
 def unary(method: Callable[..., T]) -> Callable[..., T]:
-    """A unary RPC's implementation, ``method(self, request, context)``: an AmsError ends the call
-    with its status; anything else unexpected is logged and INTERNAL."""
+    """A unary RPC's implementation, ``method(self, request, context)`` (self has ``svc``): an
+    AmsError ends the call with its status; anything else unexpected is logged and INTERNAL. Each
+    call is timed by RPC and status code (docs/monitoring.md)."""
 
     @functools.wraps(method)
     def run(self: Any, request: Any, context: grpc.ServicerContext) -> T:
+        started, code = time.perf_counter(), "OK"
         try:
             return method(self, request, context)
         except AmsError as error:
+            code = status_code(error).name
             abort(context, error)
             raise AssertionError("unreachable") from error  # abort raised already
         except grpc.RpcError:
+            code = "CANCELLED"
             raise
         except Exception as exc:
             if _aborted(exc):
                 raise
+            code = "INTERNAL"
             log.exception("%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, "Internal error")
             raise AssertionError("unreachable") from exc
+        finally:
+            self.svc.telemetry.grpc_calls.labels(method.__name__, code).observe(time.perf_counter() - started)
 
     return run
 
 
 def streaming(method: Callable[..., Iterator[T]]) -> Callable[..., Iterator[T]]:
-    """As ``unary``, for a streaming response."""
+    """As ``unary``, for a streaming response; open streams are counted too."""
 
     @functools.wraps(method)
     def run(self: Any, requests: Any, context: grpc.ServicerContext) -> Iterator[T]:
+        telemetry = self.svc.telemetry
+        started, code = time.perf_counter(), "OK"
+        telemetry.grpc_streams.inc()
         try:
             yield from method(self, requests, context)
         except AmsError as error:
+            code = status_code(error).name
             abort(context, error)
         except grpc.RpcError:
+            code = "CANCELLED"
             raise
         except Exception as exc:
             if _aborted(exc):
                 raise
+            code = "INTERNAL"
             log.exception("%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, "Internal error")
+        finally:
+            telemetry.grpc_streams.dec()
+            telemetry.grpc_calls.labels(method.__name__, code).observe(time.perf_counter() - started)
 
     return run
 

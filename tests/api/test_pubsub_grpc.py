@@ -23,7 +23,7 @@ from google.cloud.pubsub_v1.types import BatchSettings, FlowControl, PublisherOp
 from google.protobuf import field_mask_pb2, timestamp_pb2
 from google.pubsub_v1 import types as t
 
-from tests.helpers import AmsServer, Api, unique
+from tests.helpers import AmsServer, Api, sample, unique
 
 TIMEOUT = 30.0
 
@@ -410,6 +410,9 @@ def test_snapshots_and_seek(clients: Clients, project: str) -> None:
     assert nothing_left(clients, sub)
     clients.sub.seek(request={"subscription": sub, "time": timestamp_pb2.Timestamp(seconds=0)})
     assert len(pull_all(clients, sub, 5)) == 5
+    mask = field_mask_pb2.FieldMask(paths=["labels"])
+    with pytest.raises(gexc.InvalidArgument):  # neither labels nor expiry are kept to change
+        clients.sub.update_snapshot(snapshot=t.Snapshot(name=snapshot, labels={"a": "b"}), update_mask=mask)
     clients.sub.delete_snapshot(snapshot=snapshot)
     with pytest.raises(gexc.NotFound):
         clients.sub.get_snapshot(snapshot=snapshot)
@@ -573,7 +576,28 @@ def test_schemas_revisions_and_validated_publishing(clients: Clients, schema_cli
     clients.pub.publish(topic, binary).result(TIMEOUT)
     with pytest.raises(gexc.InvalidArgument):
         clients.pub.publish(topic, b"\xff\xff not protobuf").result(TIMEOUT)
+    # UpdateTopic: its schema settings change (here: detached), nothing else
+    detach = field_mask_pb2.FieldMask(paths=["schema_settings"])
+    updated = clients.pub.update_topic(topic=t.Topic(name=topic), update_mask=detach)
+    assert not updated.schema_settings.schema
+    clients.pub.publish(topic, b"\xff\xff not protobuf, and no schema").result(TIMEOUT)
+    labels = field_mask_pb2.FieldMask(paths=["labels"])
+    with pytest.raises(gexc.InvalidArgument):
+        clients.pub.update_topic(topic=t.Topic(name=topic, labels={"a": "b"}), update_mask=labels)
     clients.pub.delete_topic(topic=topic)
     schema_client.delete_schema(name=proto.name)
     with pytest.raises(gexc.NotFound):
         schema_client.get_schema(name=proto.name)
+
+
+def test_each_call_is_counted_by_rpc_and_status(clients: Clients, api: Api, project: str) -> None:
+    topic, _ = names(project)
+    clients.pub.create_topic(name=topic)
+    clients.pub.publish(topic, b"counted").result(TIMEOUT)
+    with pytest.raises(gexc.NotFound):
+        clients.pub.get_topic(topic=f"projects/{project}/topics/missing")
+    samples = api.scrape()
+    count = "ams_grpc_call_duration_seconds_count"
+    assert (sample(samples, count, method="Publish", code="OK") or 0) >= 1
+    assert (sample(samples, count, method="GetTopic", code="NOT_FOUND") or 0) >= 1
+    assert sample(samples, "ams_grpc_streams_open") is not None
