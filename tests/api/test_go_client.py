@@ -43,9 +43,7 @@ def test_the_go_client_publishes_and_receives_over_tls(
     assert result["publish_time_missing"] == 0
 
 
-def test_the_go_client_in_emulator_mode_keeps_one_stream(
-    scenario: Path, make_server: Callable[..., AmsServer]
-) -> None:
+def test_the_go_client_in_emulator_mode_keeps_one_stream(scenario: Path, make_server: Callable[..., AmsServer]) -> None:
     """Plaintext, no credentials; the stream stays open 55 s past its last message: the client's
     heartbeat (after 30 s; unanswered within 15 s, the client opens the stream again, some 50 s in)
     is answered."""
