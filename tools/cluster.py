@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A local cluster of ``ams serve`` nodes behind haproxy (HTTPS on 127.0.0.1:8443), on the servers
-of tools/services.py, for tests, benchmarks and development.
+"""A local cluster of ``ams serve`` nodes behind haproxy (HTTPS on 127.0.0.1:8443, Google's Pub/Sub
+gRPC API over TLS on 127.0.0.1:8444), on the servers of tools/services.py, for tests, benchmarks and
+development.
 
     python -m tools.cluster up [--nodes 3] [--backend kafka|embedded] [--database ams_cluster]
     python -m tools.cluster status
@@ -40,9 +41,12 @@ from tools.services import CACHE, HOST, ROOT, Ports, ServiceError, connection_en
 
 # --- ports and names ------------------------------------------------------------------------
 CLUSTER_PORT = 8443
+#: haproxy's gRPC frontend (HTTP/2 over TLS) in front of the nodes' Pub/Sub gRPC API (docs/pubsub.md)
+CLUSTER_GRPC_PORT = 8444
 #: haproxy's built-in Prometheus exporter in front of the cluster: http://127.0.0.1:18405/metrics
 HAPROXY_PROMETHEUS_PORT = 18405
 NODE_BASE_PORT = 18081  # node N listens on NODE_BASE_PORT + N - 1
+NODE_GRPC_BASE_PORT = 18181  # and serves gRPC (plaintext, behind haproxy) on NODE_GRPC_BASE_PORT + N - 1
 MAX_NODES = 9
 DEFAULT_NODES = 3
 CLUSTER_DATABASE = "ams_cluster"
@@ -77,6 +81,10 @@ def node_port(n: int) -> int:
     return NODE_BASE_PORT + n - 1
 
 
+def node_grpc_port(n: int) -> int:
+    return NODE_GRPC_BASE_PORT + n - 1
+
+
 def node_settings(
     n: int,
     *,
@@ -92,6 +100,7 @@ def node_settings(
         "backend": backend,
         "host": HOST,
         "port": node_port(n),
+        "grpc_port": node_grpc_port(n),
         "node_name": f"node{n}",
         "mongo_uri": conn["AMS_MONGO_URI"],
         "mongo_database": database,
@@ -119,6 +128,9 @@ def render_node_settings(settings: Mapping[str, object]) -> str:
 #: What haproxy checks in ams_nodes_alive: answered by a node's process whatever its backends.
 LIVENESS_PATH = "/v1/version"
 SUBSCRIPTION_CURSOR_PATH = r"^/v1/projects/[^/]+/subscriptions/[^/:]+:(pull|acknowledge|offsets|modifyOffset)$"
+#: How long a gRPC call may stay silent either way (timeout client and server of the gRPC frontend
+#: and backend): a StreamingPull of an idle subscription carries next to nothing for minutes.
+GRPC_TIMEOUT = "20m"
 #: Answers haproxy gives itself, in the AMS error envelope (every error is JSON, the balancer's too).
 PROXY_ERRORS = {
     502: ("Bad Gateway", "BAD_GATEWAY"),
@@ -136,25 +148,36 @@ def _http_errors() -> str:
 
 
 def render_haproxy_cfg(
-    nodes: Sequence[tuple[str, int]],
+    nodes: Sequence[tuple[str, int, int]],
     *,
     bind_port: int,
     pem: Path,
     stats_socket: Path,
     pid_file: Path,
     prometheus_port: int = HAPROXY_PROMETHEUS_PORT,
+    grpc_bind_port: int = CLUSTER_GRPC_PORT,
 ) -> str:
-    """HTTPS on loopback in front of the nodes, round robin (a subscription's pull, acknowledge,
-    offsets and modifyOffset by a hash of its path), with health checks and retries; while no node
-    passes its health check, the nodes that are alive answer (ams_nodes_alive). haproxy's Prometheus
-    exporter answers on http://127.0.0.1:``prometheus_port``/metrics, as the role's does."""
+    """HTTPS on loopback in front of the nodes (``(name, API port, gRPC port)``), round robin (a
+    subscription's pull, acknowledge, offsets and modifyOffset by a hash of its path), with health
+    checks and retries; while no node passes its health check, the nodes that are alive answer
+    (ams_nodes_alive). The Pub/Sub gRPC API over TLS (HTTP/2 only) on ``grpc_bind_port``, each client
+    connection relayed whole to the plaintext gRPC port of the node with the fewest, which follows its
+    API's health.
+    haproxy's Prometheus exporter answers on http://127.0.0.1:``prometheus_port``/metrics. All as the
+    haproxy role's template does (tests/static/test_tool_configs.py compares them)."""
     if not nodes:
         raise ValueError("haproxy needs at least one node")
-    servers = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port in nodes)
+    servers = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port, _ in nodes)
     # a subscription's cursor routes by a consistent hash of its path, as the haproxy role does
-    tracking = "\n".join(f"    server {name} {HOST}:{port} track ams_nodes/{name}" for name, port in nodes)
+    tracking = "\n".join(f"    server {name} {HOST}:{port} track ams_nodes/{name}" for name, port, _ in nodes)
     # the same nodes checked for being alive only, for when none passes /v1/status, as the role does
-    alive = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port in nodes)
+    alive = "\n".join(f"    server {name} {HOST}:{port} check inter 1s fall 2 rise 1" for name, port, _ in nodes)
+    # gRPC: each client connection whole to one node's gRPC port (HTTP/2 in clear on loopback), the
+    # node UP and DOWN with its API in ams_nodes, as the haproxy role does (its template says why)
+    grpc = "\n".join(
+        f"    server {name} {HOST}:{grpc_port} track ams_nodes/{name} on-marked-down shutdown-sessions"
+        for name, _, grpc_port in nodes
+    )
     return f"""# Written by tools/cluster.py (up). Validate with: haproxy -c -f THIS_FILE
 global
     maxconn 4096
@@ -204,6 +227,19 @@ backend ams_nodes_alive
     option httpchk GET {LIVENESS_PATH}
     http-check expect status 200
 {alive}
+
+frontend ams_https_grpc
+    mode tcp
+    option tcplog
+    bind {HOST}:{grpc_bind_port} ssl crt {pem} alpn h2
+    timeout client {GRPC_TIMEOUT}
+    default_backend ams_nodes_grpc
+
+backend ams_nodes_grpc
+    mode tcp
+    balance leastconn
+    timeout server {GRPC_TIMEOUT}
+{grpc}
 
 frontend ams_https_prometheus
     mode http
@@ -271,6 +307,7 @@ class NodeInfo:
     config: Path
     log: Path
     pid: int | None
+    grpc_port: int = 0  # its Pub/Sub gRPC API, plaintext
 
 
 @dataclass(frozen=True)
@@ -283,6 +320,8 @@ class ClusterInfo:
     nodes: tuple[NodeInfo, ...]
     haproxy_cfg: Path
     stats_socket: Path
+    #: host:port of the Pub/Sub gRPC API through haproxy (TLS with ``ca_file``; docs/pubsub.md)
+    grpc_target: str = f"{HOST}:{CLUSTER_GRPC_PORT}"
 
 
 def tls_files(directory: Path = TLS_DIR) -> TlsFiles:
@@ -399,12 +438,12 @@ def _spawn_node(n: int, env: Mapping[str, str]) -> int:
     config, log, pid_file = _node_files(n)
     if not config.exists():
         raise ServiceError(f"{config} is missing: run `python -m tools.cluster up` first")
-    port = node_port(n)
-    deadline = time.monotonic() + 5  # a node killed a moment ago may still be closing its socket
-    while toolkit.port_open(port):
-        if time.monotonic() > deadline:
-            raise ServiceError(f"node{n}: port {HOST}:{port} is taken by a process this tool did not start")
-        time.sleep(0.1)
+    deadline = time.monotonic() + 5  # a node killed a moment ago may still be closing its sockets
+    for port in (node_port(n), node_grpc_port(n)):
+        while toolkit.port_open(port):
+            if time.monotonic() > deadline:
+                raise ServiceError(f"node{n}: port {HOST}:{port} is taken by a process this tool did not start")
+            time.sleep(0.1)
     return _spawn(_ams_argv(config), log=log, pid_file=pid_file, env=_node_env(env), cwd=ROOT)
 
 
@@ -503,7 +542,7 @@ def start_cluster(
             _wait_node(n, pid)
 
         cfg_text = render_haproxy_cfg(
-            [(f"node{n}", node_port(n)) for n in range(1, nodes + 1)],
+            [(f"node{n}", node_port(n), node_grpc_port(n)) for n in range(1, nodes + 1)],
             bind_port=CLUSTER_PORT,
             pem=tls.combined,
             stats_socket=HAPROXY_SOCKET,
@@ -516,7 +555,7 @@ def start_cluster(
             check_haproxy_cfg(staged)
             _terminate("haproxy", HAPROXY_PID, str(HAPROXY_CFG), HAPROXY_STOP_TIMEOUT)
             os.replace(staged, HAPROXY_CFG)
-            for port in (CLUSTER_PORT, HAPROXY_PROMETHEUS_PORT):
+            for port in (CLUSTER_PORT, CLUSTER_GRPC_PORT, HAPROXY_PROMETHEUS_PORT):
                 if toolkit.port_open(port):
                     raise ServiceError(f"haproxy: port {HOST}:{port} is taken by a process this tool did not start")
             HAPROXY_SOCKET.unlink(missing_ok=True)
@@ -575,6 +614,7 @@ def cluster_info() -> ClusterInfo:
                 config=config,
                 log=log,
                 pid=toolkit.running(pid_file, _node_marker(n)),
+                grpc_port=node_grpc_port(n),
             )
         )
     return ClusterInfo(
@@ -690,6 +730,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"URL:   {info.url}")
             print(f"CA:    {info.ca_file}")
             print(f"TOKEN: {info.token}")
+            print(f"GRPC:  {info.grpc_target} (TLS: GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={info.ca_file}; docs/pubsub.md)")
             print(f"try:   curl --cacert {info.ca_file} -H 'x-api-key: {info.token}' {info.url}/v1/projects")
         elif args.command == "down":
             stop_cluster()

@@ -55,7 +55,7 @@ DRIVER_BLOCK_MANAGER_PORT = 17100
 BLOCK_MANAGER_PORT = 17110
 PORT_RETRIES = 8
 #: Ports other tooling of this repository uses (tools/services.py, the test servers, `make run`).
-RESERVED_PORTS = frozenset({8080, 8443, 12181, 19092, 27018, *range(18081, 18090)})
+RESERVED_PORTS = frozenset({8080, 8085, 8443, 8444, 12181, 19092, 27018, *range(18081, 18090), *range(18181, 18190)})
 WORKER_CORES = 1
 WORKER_MEMORY = "1g"
 

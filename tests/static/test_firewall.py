@@ -125,8 +125,20 @@ def test_ipv6_addresses_get_ip6_rules_and_ipv4_addresses_ip_rules() -> None:
 
 def test_ports_open_to_any_have_no_source() -> None:
     balancer = rules(ruleset("lb1"))
-    assert balancer["tcp dport 443"] == balancer["tcp dport 80"] == {None: set()}
+    assert balancer["tcp dport 443"] == balancer["tcp dport 80"] == balancer["tcp dport 8444"] == {None: set()}
     assert balancer["tcp dport 8405"] == {"ip": {FACTS["mon1"]}}
+
+
+def test_the_nodes_grpc_port_is_haproxys_alone() -> None:
+    """The Pub/Sub gRPC API: anyone at haproxy's frontend, only haproxy at a node's port (the nodes pass
+    calls on to each other over the API, which the other nodes reach); the ports are the production
+    inventory's."""
+    production = ROOT / "inventories" / "production" / "group_vars"
+    node_port = yaml.safe_load((production / "ams.yml").read_text())["ams_grpc_port"]
+    frontend_port = yaml.safe_load((production / "haproxy.yml").read_text())["haproxy_grpc_port"]
+    assert rules(ruleset("ams1"))[f"tcp dport {node_port}"] == {"ip": {FACTS["lb1"]}}
+    assert rules(ruleset("lb1"))[f"tcp dport {frontend_port}"] == {None: set()}
+    assert f"tcp dport {node_port}" not in rules(ruleset("lb1"))
 
 
 def test_the_policy_is_drop_and_only_the_roles_table_is_replaced() -> None:

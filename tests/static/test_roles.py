@@ -160,7 +160,9 @@ def test_production_inventory_computes_the_topology() -> None:
     inventory = "inventories/production/hosts.yml"
     vault = ["-e", "@inventories/production/group_vars/all/vault.yml.example"]
     servers = _templated(inventory, "lb1.example.org", "haproxy_backend_servers", vault)
-    assert servers == [{"name": f"ams{i}.example.org", "address": f"10.0.0.1{i}", "port": 8080} for i in (1, 2, 3)]
+    assert servers == [
+        {"name": f"ams{i}.example.org", "address": f"10.0.0.1{i}", "port": 8080, "grpc_port": 8085} for i in (1, 2, 3)
+    ]
     # every internal link secured (docs/production.md, "Security"): Kafka's SASL_SSL listener,
     # ZooKeeper's secure port, TLS to the metadata store with the internal CA the nodes hold
     assert _templated(inventory, "ams2.example.org", "ams_kafka_bootstrap_servers", vault) == (
@@ -260,6 +262,8 @@ PREFLIGHT_REFUSALS: list[tuple[dict[str, Any], str]] = [
         },
         "a TCP port other than the API's",
     ),
+    ({"ams_grpc_port": 8080}, "ams_grpc_port must be 0 (no gRPC listener) or a TCP port"),
+    ({"ams_settings_extra": {"grpc_emulator_user": "admin"}}, "ams_settings_extra sets grpc_emulator_user"),
 ]
 
 
@@ -301,6 +305,8 @@ PREFLIGHT_ACCEPTS: dict[str, dict[str, Any]] = {
     },
     # the role's defaults: backend embedded, where ams_consume_owner (on by default) does not apply
     "embedded-defaults": {},
+    # the production inventory's ports: the API, the Pub/Sub gRPC API, the push worker's page
+    "grpc-beside-the-other-ports": {"ams_grpc_port": 8085, "ams_push_worker_metrics_port": 9108},
     # backend kafka without ZooKeeper: only with the owners and push delivery turned off
     "kafka-without-zookeeper": {
         "ams_backend": "kafka",
@@ -417,3 +423,45 @@ def test_the_common_checksum_check(tmp_path: Path, checksum: str, refused: bool)
         assert "refusing to install it" in done.stdout
     else:
         assert done.returncode == 0, done.stdout[-3000:]
+
+
+HAPROXY_NODES = [{"name": f"ams{i}", "address": f"10.0.0.1{i}", "port": 8080, "grpc_port": 8085} for i in (1, 2)]
+
+
+@pytest.mark.parametrize(
+    ("variables", "refused"),
+    [
+        ({"haproxy_grpc_enabled": True}, None),
+        ({"haproxy_grpc_enabled": False, "haproxy_backend_servers": [{**HAPROXY_NODES[0], "grpc_port": 0}]}, None),
+        (
+            {"haproxy_grpc_enabled": True, "haproxy_backend_servers": [{**HAPROXY_NODES[0], "grpc_port": 0}]},
+            "haproxy_grpc_enabled needs at least one entry of haproxy_backend_servers with a grpc_port",
+        ),
+        ({"haproxy_grpc_enabled": True, "haproxy_grpc_port": 443}, "must be distinct ports"),
+        ({"haproxy_grpc_enabled": True, "haproxy_grpc_timeout": "20 minutes"}, "Durations must be haproxy durations"),
+    ],
+)
+def test_haproxy_preflight_checks_the_grpc_frontend(
+    tmp_path: Path, variables: dict[str, Any], refused: str | None
+) -> None:
+    """The haproxy role's preflight, run alone on localhost: the gRPC frontend needs a node with a
+    grpc_port, a port of its own and an haproxy duration."""
+    task = {
+        "name": "Run the haproxy preflight",
+        "ansible.builtin.include_role": {"name": "haproxy", "tasks_from": "preflight"},
+        "vars": {
+            "haproxy_backend_servers": HAPROXY_NODES,
+            "haproxy_tls_certificate": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
+            "haproxy_tls_key": "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----",
+            **variables,
+        },
+    }
+    playbook = tmp_path / "preflight.yml"
+    playbook.write_text(yaml.safe_dump([{"name": "Preflight only", "hosts": "localhost", "tasks": [task]}]))
+    command = [arg if arg != "ams_platform" else "haproxy_platform" for arg in _local_playbook(playbook)]
+    done = _run(command)
+    if refused is None:
+        assert done.returncode == 0, done.stdout[-3000:]
+    else:
+        assert done.returncode != 0, done.stdout[-3000:]
+        assert refused in done.stdout, done.stdout[-3000:]

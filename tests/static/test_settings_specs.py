@@ -91,6 +91,8 @@ def test_spec_defaults_together_are_legal_settings() -> None:
     [
         ("ams_bind_port", 0),
         ("ams_bind_port", 65536),
+        ("ams_grpc_port", -1),
+        ("ams_grpc_port", 65536),
         ("ams_kafka_replication_factor", 0),
         ("ams_max_connections", 0),
         ("ams_prometheus_series_limit", -1),

@@ -137,6 +137,8 @@ HAPROXY_SECTIONS = [
     "backend ams_nodes",
     "backend ams_nodes_by_subscription",
     "backend ams_nodes_alive",
+    "frontend ams_https_grpc",  # the Pub/Sub gRPC API: TLS, each connection whole to one node
+    "backend ams_nodes_grpc",
     "frontend ams_https_prometheus",  # haproxy's built-in Prometheus exporter (a scrape, not logged)
 ]
 
@@ -160,7 +162,7 @@ def haproxy_sections(text: str) -> dict[str, list[str]]:
 def test_the_local_balancer_behaves_as_the_roles(tmp_path: Path, section: str) -> None:
     local = haproxy_sections(
         cluster_tool.render_haproxy_cfg(
-            [("ams1", 8080)],
+            [("ams1", 8080, 8085)],
             bind_port=8443,
             pem=tmp_path / "ams.pem",
             stats_socket=tmp_path / "admin.sock",
@@ -172,7 +174,8 @@ def test_the_local_balancer_behaves_as_the_roles(tmp_path: Path, section: str) -
             "haproxy",
             "haproxy.cfg.j2",
             haproxy_stats_enabled=False,
-            haproxy_backend_servers=[{"name": "ams1", "address": "127.0.0.1", "port": 8080}],
+            haproxy_grpc_enabled=True,
+            haproxy_backend_servers=[{"name": "ams1", "address": "127.0.0.1", "port": 8080, "grpc_port": 8085}],
         )
     )
     assert local[section] == role[section]
@@ -188,15 +191,17 @@ def test_the_json_error_pages_are_the_roles() -> None:
 
 def test_haproxy_verifies_the_nodes_against_the_internal_ca() -> None:
     """With haproxy_backend_tls_ca_src, every server line of the AMS backends (requests, checks, the
-    subscription hash) speaks TLS, refuses a certificate that does not chain to the internal CA and
-    checks the node's name; without it, the nodes are spoken to in plain HTTP."""
+    subscription hash, gRPC) speaks TLS, refuses a certificate that does not chain to the internal CA
+    and checks the node's name; without it, the nodes are spoken to in plain HTTP (and h2c)."""
     servers = [
-        {"name": "ams1", "address": "10.0.0.11", "port": 8080},
-        {"name": "ams2", "address": "10.0.0.12", "port": 8080, "verify_name": "ams2.internal"},
+        {"name": "ams1", "address": "10.0.0.11", "port": 8080, "grpc_port": 8085},
+        {"name": "ams2", "address": "10.0.0.12", "port": 8080, "grpc_port": 8085, "verify_name": "ams2.internal"},
     ]
 
     def server_lines(**extra: object) -> dict[str, list[str]]:
-        text = render_role_template("haproxy", "haproxy.cfg.j2", haproxy_backend_servers=servers, **extra)
+        text = render_role_template(
+            "haproxy", "haproxy.cfg.j2", haproxy_backend_servers=servers, haproxy_grpc_enabled=True, **extra
+        )
         sections = {}
         current = ""
         for line in text.splitlines():
@@ -207,12 +212,42 @@ def test_haproxy_verifies_the_nodes_against_the_internal_ca() -> None:
         return sections
 
     secured = server_lines(haproxy_backend_tls_ca_src="/controller/ca.pem")
-    assert set(secured) == {"backend ams_nodes", "backend ams_nodes_by_subscription", "backend ams_nodes_alive"}
+    assert set(secured) == {
+        "backend ams_nodes",
+        "backend ams_nodes_by_subscription",
+        "backend ams_nodes_alive",
+        "backend ams_nodes_grpc",
+    }
     for section, lines in secured.items():
         first, second = (line for line in lines if line.startswith("server "))
-        options = first if section.endswith("subscription") else " ".join(lines)
+        options = first if section.endswith(("subscription", "grpc")) else " ".join(lines)
         assert "ssl verify required ca-file /etc/haproxy/backend-ca.pem" in options, section
+        if section.endswith("grpc"):  # gRPC's TLS wants HTTP/2 negotiated, as its clients do
+            assert "ca-file /etc/haproxy/backend-ca.pem alpn h2 verifyhost" in first, first
         # the certificate must name the node: its inventory hostname, or the verify_name given
         assert (first.split()[-2:], second.split()[-2:]) == (["verifyhost", "ams1"], ["verifyhost", "ams2.internal"])
     plain = server_lines()
     assert not any("ssl" in line for lines in plain.values() for line in lines)
+
+
+def test_the_grpc_backend_sends_each_node_its_grpc_port_and_follows_its_health() -> None:
+    """Only nodes with a grpc_port get gRPC connections, on that port; each server tracks the node's
+    server in ams_nodes (health, drain, maintenance) and its connections close when it goes DOWN."""
+    servers = [
+        {"name": "ams1", "address": "10.0.0.11", "port": 8080, "grpc_port": 8085},
+        {"name": "ams2", "address": "fd00::12", "port": 8080, "grpc_port": 9085},
+        {"name": "ams3", "address": "10.0.0.13", "port": 8080},
+    ]
+    text = render_role_template("haproxy", "haproxy.cfg.j2", haproxy_backend_servers=servers, haproxy_grpc_enabled=True)
+    sections = haproxy_sections(text)
+    assert "bind 0.0.0.0:8444 ssl crt /etc/haproxy/certs/ams.pem alpn h2" in text
+    assert "timeout client 20m" in text
+    lines = [" ".join(line.split()) for line in text.split("backend ams_nodes_grpc", 1)[1].splitlines()]
+    assert [line for line in lines if line.startswith("server ")] == [
+        "server ams1 10.0.0.11:8085 track ams_nodes/ams1 maxconn 400 on-marked-down shutdown-sessions",
+        "server ams2 [fd00::12]:9085 track ams_nodes/ams2 maxconn 400 on-marked-down shutdown-sessions",
+    ]
+    assert "timeout server 20m" in lines
+    assert sections["backend ams_nodes_grpc"] == ["mode tcp", "balance leastconn"]
+    off = render_role_template("haproxy", "haproxy.cfg.j2", haproxy_backend_servers=servers)
+    assert "_grpc" not in off

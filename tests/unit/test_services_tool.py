@@ -130,6 +130,9 @@ def test_node_settings_load_as_ams_settings(tmp_path: Path) -> None:
     assert yaml.safe_load(path.read_text()) == mapping
     settings = load_settings(path, environ={})
     assert (settings.host, settings.port, settings.node_name) == ("127.0.0.1", 18082, "node2")
+    assert settings.grpc_port == 18182  # the Pub/Sub gRPC API, plaintext behind haproxy's TLS
+    assert not settings.tls_cert
+    assert not settings.grpc_emulator_user
     assert settings.backend == "kafka"
     assert settings.mongo_uri == "mongodb://127.0.0.1:27018"
     assert settings.mongo_database == "ams_test_x"
@@ -144,7 +147,7 @@ def test_node_settings_load_as_ams_settings(tmp_path: Path) -> None:
 def _haproxy_cfg(tmp_path: Path, pem: Path, nodes: int = 3) -> str:
     return str(
         cluster_tool.render_haproxy_cfg(
-            [(f"node{n}", cluster_tool.node_port(n)) for n in range(1, nodes + 1)],
+            [(f"node{n}", cluster_tool.node_port(n), cluster_tool.node_grpc_port(n)) for n in range(1, nodes + 1)],
             bind_port=8443,
             pem=pem,
             stats_socket=tmp_path / "haproxy.sock",
@@ -177,7 +180,22 @@ def test_haproxy_cfg_content(tmp_path: Path) -> None:
     servers = [line for line in lines if line.startswith("server ")]
     checked = [f"server node{n} 127.0.0.1:{18080 + n} check inter 1s fall 2 rise 1" for n in (1, 2, 3)]
     tracking = [f"server node{n} 127.0.0.1:{18080 + n} track ams_nodes/node{n}" for n in (1, 2, 3)]
-    assert servers == checked + tracking + checked
+    grpc = [
+        f"server node{n} 127.0.0.1:{18180 + n} track ams_nodes/node{n} on-marked-down shutdown-sessions"
+        for n in (1, 2, 3)
+    ]
+    assert servers == checked + tracking + checked + grpc
+    # the Pub/Sub gRPC API: TLS and HTTP/2 at haproxy, each connection whole to one node, as the role does
+    grpc_frontend = cfg.split("frontend ams_https_grpc\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert [line.strip() for line in grpc_frontend] == [
+        "mode tcp",
+        "option tcplog",
+        f"bind 127.0.0.1:{cluster_tool.CLUSTER_GRPC_PORT} ssl crt {tmp_path / 'haproxy.pem'} alpn h2",
+        f"timeout client {cluster_tool.GRPC_TIMEOUT}",
+        "default_backend ams_nodes_grpc",
+    ]
+    assert "balance leastconn" in lines
+    assert f"timeout server {cluster_tool.GRPC_TIMEOUT}" in lines
     # while no node passes /v1/status, the live ones answer: as in the haproxy role's template
     fallback = "use_backend ams_nodes_alive if !{ nbsrv(ams_nodes) gt 0 }"
     assert fallback in lines

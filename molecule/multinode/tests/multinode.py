@@ -59,6 +59,13 @@ CA = ROOT / ".cache" / "artifacts" / "tls" / "ca.pem"
 LB = GROUPS["haproxy"][0]
 API = f"https://{ADDRESS[LB]}/v1"
 AMS_PORT = 8080
+#: Google's Pub/Sub gRPC API (docs/pubsub.md): haproxy's frontend (TLS with the test CA's certificate)
+#: and each node's own listener (TLS with its internal certificate), the production inventory's ports.
+GRPC_LB = f"{ADDRESS[LB]}:8444"
+GRPC_PORT = 8085
+# Google's clients trust a server through gRPC's default roots, which gRPC reads once, at the first
+# channel that needs them: haproxy's certificate is the test CA's
+os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(ROOT / ".cache" / "artifacts" / "tls" / "ca.pem")
 HAPROXY_SOCKET = "/run/haproxy/admin.sock"
 PROJECT = "MULTINODE"
 WAIT = 120.0
@@ -300,11 +307,54 @@ def haproxy_servers(authn: bool = False) -> dict[str, str]:
             header = line[2:].split(",")
             continue
         row = dict(zip(header, line.split(","), strict=False))
-        if row.get("pxname", "").endswith("_authn") != authn:
+        if row.get("pxname", "").endswith("_authn") != authn or row.get("pxname", "").endswith("_grpc"):
             continue
         if row.get("svname") in GROUPS["ams"]:
             states[row["svname"]] = row["status"]
     return states
+
+
+def grpc_connections() -> dict[str, int]:
+    """Each AMS node's current connections in haproxy's gRPC backend (``show stat``: scur), where each
+    client connection goes whole to one node."""
+    out = host(LB).run(f"echo 'show stat' | socat stdio {HAPROXY_SOCKET}")
+    assert out.rc == 0, out.stderr
+    header: list[str] = []
+    connections: dict[str, int] = {}
+    for line in out.stdout.splitlines():
+        if line.startswith("# "):
+            header = line[2:].split(",")
+            continue
+        row = dict(zip(header, line.split(","), strict=False))
+        if row.get("pxname", "").endswith("_grpc") and row.get("svname") in GROUPS["ams"]:
+            connections[row["svname"]] = int(row["scur"] or 0)
+    return connections
+
+
+def ams_pid(node: str) -> str:
+    """The main process of the node's ams unit ("0": none)."""
+    return str(host(node).run("systemctl show --property MainPID --value ams").stdout.strip() or "0")
+
+
+def kill_ams(node: str) -> tuple[float, str]:
+    """``kill -9`` of the node's ``ams serve`` process (its unit's main process), which systemd starts
+    again (Restart=on-failure); when, and the pid killed."""
+    pid = ams_pid(node)
+    assert pid != "0", f"no ams process on {node}"
+    killed = host(node).run(f"kill -9 {pid}")
+    assert killed.rc == 0, killed.stderr
+    return time.monotonic(), pid
+
+
+def ams_back(node: str, killed_pid: str) -> bool:
+    """The node's ams runs again (another process than ``killed_pid``), answers /v1/status on its
+    own address and haproxy has it UP."""
+    pid = ams_pid(node)
+    if pid in ("0", killed_pid):
+        return False
+    if requests.get(node_url(node) + "/status", timeout=5, verify=str(INTERNAL_CA)).status_code != 200:
+        return False
+    return haproxy_servers().get(node) == "UP"
 
 
 # ---------------------------------------------------------------------- the API ----------------

@@ -19,10 +19,12 @@ from importlib.machinery import SourceFileLoader
 from types import ModuleType
 from typing import Any
 
+import grpc
 import pytest
 import requests
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from google.pubsub_v1.types import ListTopicsRequest, ListTopicsResponse
 from kazoo.exceptions import NoAuthError
 from multinode import (
     ADDRESS,
@@ -31,6 +33,8 @@ from multinode import (
     DATABASE,
     EVERY_HOST,
     GROUPS,
+    GRPC_LB,
+    GRPC_PORT,
     INTERNAL_CA,
     KAFKA_BROKER_PORT,
     KAFKA_PLAIN_PORT,
@@ -322,8 +326,9 @@ def test_ams_nodes_speak_https_only_and_want_a_token(node: str, port: int, path:
 
 def test_haproxy_verifies_the_nodes_against_the_internal_ca() -> None:
     """haproxy's server lines: TLS to each node, refused unless its certificate chains to the internal
-    CA and names it (the control: through haproxy, the API answers; test_30 runs it in depth, and its
-    pulls through one node forwarded to the owner prove the nodes' forwarding verifies too)."""
+    CA and names it, for the API and for the gRPC API (the control: through haproxy, the API answers;
+    test_30 runs it in depth, and its pulls through one node forwarded to the owner prove the nodes'
+    forwarding verifies too; test_80 runs the gRPC API through haproxy)."""
     config = host(GROUPS["haproxy"][0]).file("/etc/haproxy/haproxy.cfg").content_string
     servers = [line.split() for line in config.splitlines() if line.split()[:1] == ["server"]]
     nodes = [words for words in servers if words[1] in NODES and words[2].endswith(f":{AMS_PORT}")]
@@ -333,7 +338,64 @@ def test_haproxy_verifies_the_nodes_against_the_internal_ca() -> None:
     defaults = [line for line in config.splitlines() if line.strip().startswith("default-server") and " ssl " in line]
     assert defaults
     assert all("verify required ca-file /etc/haproxy/backend-ca.pem" in line for line in defaults)
+    grpc_servers = [words for words in servers if words[1] in NODES and words[2].endswith(f":{GRPC_PORT}")]
+    assert sorted(words[1] for words in grpc_servers) == sorted(NODES)
+    for words in grpc_servers:  # gRPC over TLS needs HTTP/2 negotiated
+        assert "ssl verify required ca-file /etc/haproxy/backend-ca.pem alpn h2" in " ".join(words), words
+        assert words[-2:] == ["verifyhost", words[1]], words
     assert Api().call("GET", "/status") is not None
+
+
+def _list_topics(channel: grpc.Channel, token: str | None) -> grpc.StatusCode:
+    """The Pub/Sub API's ListTopics of the project on ``channel``, with ``token`` as the API key (none:
+    no credentials); OK, or the status it was refused with (one attempt: no client's retries)."""
+    call = channel.unary_unary(
+        "/google.pubsub.v1.Publisher/ListTopics",
+        request_serializer=ListTopicsRequest.serialize,
+        response_deserializer=ListTopicsResponse.deserialize,
+    )
+    metadata = [("x-goog-api-key", token)] if token else []
+    try:
+        call(ListTopicsRequest(project=f"projects/{PROJECT}"), metadata=metadata, timeout=20)
+    except grpc.RpcError as refused:
+        return refused.code()
+    return grpc.StatusCode.OK
+
+
+@pytest.mark.parametrize("node", NODES)
+def test_ams_nodes_grpc_api_speaks_tls_only_and_wants_a_token(tenant: dict[str, str], node: str) -> None:
+    """Each node's Pub/Sub gRPC API (ams_grpc_port): no plaintext (a token sent there would cross the
+    network in clear), TLS with the node's certificate of the internal CA (what haproxy checks),
+    HTTP/2 negotiated, UNAUTHENTICATED without a token or with a wrong one; the control, with the
+    service token, OK."""
+    address = ADDRESS[node]
+    with grpc.insecure_channel(f"{address}:{GRPC_PORT}") as plain:
+        assert _list_topics(plain, TOKEN) == grpc.StatusCode.UNAVAILABLE
+    for name in (node, address):  # the certificate's SANs: the inventory name and the address
+        context = tls_context(None)
+        context.set_alpn_protocols(["h2"])
+        with (
+            socket.create_connection((address, GRPC_PORT), timeout=5) as raw,
+            context.wrap_socket(raw, server_hostname=name) as conn,
+        ):
+            assert conn.selected_alpn_protocol() == "h2"
+    credentials = grpc.ssl_channel_credentials(root_certificates=INTERNAL_CA.read_bytes())
+    with grpc.secure_channel(f"{address}:{GRPC_PORT}", credentials) as channel:
+        assert _list_topics(channel, None) == grpc.StatusCode.UNAUTHENTICATED
+        assert _list_topics(channel, "not-a-token") == grpc.StatusCode.UNAUTHENTICATED
+        assert _list_topics(channel, TOKEN) == grpc.StatusCode.OK
+
+
+def test_the_grpc_frontend_speaks_tls_only_and_wants_a_token(tenant: dict[str, str]) -> None:
+    """haproxy's gRPC frontend (haproxy_grpc_port): TLS with the public certificate only; the nodes
+    behind it refuse a call without a valid token; the control, with the service token, OK."""
+    with grpc.insecure_channel(GRPC_LB) as plain:
+        assert _list_topics(plain, TOKEN) == grpc.StatusCode.UNAVAILABLE
+    credentials = grpc.ssl_channel_credentials(root_certificates=CA.read_bytes())
+    with grpc.secure_channel(GRPC_LB, credentials) as channel:
+        assert _list_topics(channel, None) == grpc.StatusCode.UNAUTHENTICATED
+        assert _list_topics(channel, "not-a-token") == grpc.StatusCode.UNAUTHENTICATED
+        assert _list_topics(channel, TOKEN) == grpc.StatusCode.OK
 
 
 # ------------------------------------------------------------------ Spark ----------------------
@@ -372,6 +434,7 @@ FIREWALL_PAIRS = [
     (ZOOKEEPER_PORT, MEMBERS[0], GROUPS["spark_worker"][0], NODES[0]),
     (MONGO_PORT, STORE, GROUPS["haproxy"][0], NODES[0]),
     (AMS_PORT, NODES[0], GROUPS["spark_worker"][0], GROUPS["haproxy"][0]),
+    (GRPC_PORT, NODES[0], NODES[1], GROUPS["haproxy"][0]),  # the nodes' gRPC API: haproxy's alone
     (PUSH_WORKER_PAGE, NODES[0], GROUPS["haproxy"][0], GROUPS["monitoring"][0]),
     (9100, BROKERS[0], GROUPS["haproxy"][0], GROUPS["monitoring"][0]),  # node exporter
     (7071, BROKERS[0], NODES[0], GROUPS["monitoring"][0]),  # Kafka's JMX exporter
@@ -420,8 +483,8 @@ def test_the_monitoring_host_answers_only_the_admin_sources(port: int) -> None:
 #: job runs (their peers, the other Spark hosts, are the only ones the firewall lets in there).
 ALLOWED = {
     "all": {9100},
-    "haproxy": {80, 443, 8443, 8405},
-    "ams": {AMS_PORT, 8443, PUSH_WORKER_PAGE},
+    "haproxy": {80, 443, 8443, 8444, 8405},
+    "ams": {AMS_PORT, 8443, GRPC_PORT, PUSH_WORKER_PAGE},
     "zookeeper": {ZOOKEEPER_PORT, 2888, 3888, 7000},
     "kafka": {KAFKA_BROKER_PORT, KAFKA_PORT, 7071},
     "mongodb": {MONGO_PORT},
