@@ -48,7 +48,11 @@ cluster_tool = load_tool("cluster")
 def cluster() -> Iterator[Any]:
     require_backend("kafka")  # outside CI a missing service skips; under CI=true it fails
     database = "ams_test_owner_" + uuid.uuid4().hex[:10]
-    env = {"AMS_CONSUME_OWNER": "true", "AMS_CONSUME_SESSION_SECONDS": str(SESSION_SECONDS)}
+    env = {
+        "AMS_CONSUME_OWNER": "true",
+        "AMS_CONSUME_SESSION_SECONDS": str(SESSION_SECONDS),
+        "AMS_GRPC_EMULATOR_USER": GRPC_USER,  # Google's clients in emulator mode (the nodes are on loopback)
+    }
     try:
         yield cluster_tool.start_cluster(nodes=NODES, database=database, env=env)
     finally:
@@ -496,3 +500,144 @@ def test_filters_snapshots_seek_and_metrics_over_the_nodes(nodes, project, clust
         m["labels"]["attempt"]: m["timeseries"][0]["value"] for m in shown if m["metric"] == "subscription.deliveries"
     }
     assert first["1"] == 2 * len(wanted)  # each delivery counted once, whichever node served it
+
+
+# --- Google's Pub/Sub client over the nodes (docs/pubsub.md, "Over several nodes") -------------
+GRPC_USER = "grpc-emulator-user"
+
+
+@pytest.fixture
+def grpc_clients(nodes: list[ClusterNode], monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``make(n)``: Google's publisher and subscriber clients on node ``n``'s gRPC port, in emulator
+    mode (the nodes run with grpc_emulator_user; the user is a service admin)."""
+    from google.cloud import pubsub_v1
+
+    if nodes[0].request("GET", f"/users/{GRPC_USER}").status_code == 404:
+        nodes[0].ok("POST", f"/users/{GRPC_USER}", {"service_roles": ["service_admin"]})
+    made: list[Any] = []
+
+    def make(n: int) -> tuple[Any, Any]:
+        monkeypatch.setenv("PUBSUB_EMULATOR_HOST", f"127.0.0.1:{cluster_tool.node_grpc_port(n)}")
+        pair = pubsub_v1.PublisherClient(), pubsub_v1.SubscriberClient()
+        made.append(pair)
+        return pair
+
+    yield make
+    for publisher, subscriber in made:
+        publisher.stop()
+        subscriber.close()
+
+
+def test_streaming_pulls_on_every_node_share_a_subscription_with_google_clients(project, grpc_clients, cluster, zk):
+    """Streams on all three nodes (two of them not the owner) share one subscription: every message
+    is delivered and acknowledged once; acks made through each stream's own node reach the owner."""
+    publisher, first = grpc_clients(1)
+    topic, sub = f"projects/{project}/topics/{unique('t')}", f"projects/{project}/subscriptions/{unique('s')}"
+    publisher.create_topic(name=topic)
+    first.create_subscription(name=sub, topic=topic, ack_deadline_seconds=60)
+    futures = [publisher.publish(topic, f"m{i}".encode()) for i in range(600)]
+    [f.result(60) for f in futures]
+    seen: list[bytes] = []
+    lock = threading.Lock()
+
+    def callback(message: Any) -> None:
+        with lock:
+            seen.append(message.data)
+        message.ack()
+
+    streams = [grpc_clients(n)[1].subscribe(sub, callback) for n in (1, 2, 3)]
+    deadline = time.monotonic() + 60
+    while len(set(seen)) < 600 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)  # late duplicates, if any, would come now
+    for stream in streams:
+        stream.cancel()
+        stream.result(timeout=30)
+    assert sorted(set(seen)) == sorted(f"m{i}".encode() for i in range(600))
+    assert len(seen) == 600, f"{len(seen) - 600} delivered twice"
+    assert owner_of(zk, cluster, sub.rsplit("/", 1)[1]) is not None
+    assert not first.pull(subscription=sub, max_messages=10, timeout=60).received_messages
+
+
+def test_exactly_once_over_a_stream_at_a_node_that_is_not_the_owner(project, grpc_clients, cluster, zk):
+    """A stream on a node that does not own the subscription: every ack future succeeds (acks pass
+    on to the owner), and nothing acknowledged comes again."""
+    publisher, subscriber = grpc_clients(1)
+    topic, sub = f"projects/{project}/topics/{unique('t')}", f"projects/{project}/subscriptions/{unique('s')}"
+    publisher.create_topic(name=topic)
+    subscriber.create_subscription(request={"name": sub, "topic": topic, "enable_exactly_once_delivery": True})
+    subscriber.pull(subscription=sub, max_messages=1, timeout=60)  # a first pull: node 1 owns it
+    owner = owner_of(zk, cluster, sub.rsplit("/", 1)[1])
+    assert owner is not None
+    [f.result(60) for f in [publisher.publish(topic, f"m{i}".encode()) for i in range(100)]]
+    elsewhere = grpc_clients(owner % NODES + 1)[1]
+    outcomes: dict[bytes, list[Any]] = {}
+    lock = threading.Lock()
+
+    def callback(message: Any) -> None:
+        result = message.ack_with_response().result(timeout=60)
+        with lock:
+            outcomes.setdefault(message.data, []).append(result)
+
+    stream = elsewhere.subscribe(sub, callback)
+    deadline = time.monotonic() + 60
+    while len(outcomes) < 100 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2)  # a redelivery, if any, would come now
+    stream.cancel()
+    stream.result(timeout=30)
+    from google.cloud.pubsub_v1.subscriber.exceptions import AcknowledgeStatus
+
+    assert sorted(outcomes) == sorted(f"m{i}".encode() for i in range(100))
+    assert all(results == [AcknowledgeStatus.SUCCESS] for results in outcomes.values()), outcomes
+
+
+def test_a_stream_outlives_a_kill_of_the_owner_and_loses_nothing(project, grpc_clients, cluster, zk):
+    """A stream on a node that is not the owner, on an exactly-once subscription; the owner is
+    killed (-9) mid-stream. Every message is acknowledged in the end, and none whose ack future
+    succeeded comes again."""
+    from google.cloud.pubsub_v1.subscriber.exceptions import AcknowledgeError, AcknowledgeStatus
+
+    publisher, subscriber = grpc_clients(1)
+    topic, sub = f"projects/{project}/topics/{unique('t')}", f"projects/{project}/subscriptions/{unique('s')}"
+    publisher.create_topic(name=topic)
+    subscriber.create_subscription(request={"name": sub, "topic": topic, "enable_exactly_once_delivery": True})
+    subscriber.pull(subscription=sub, max_messages=1, timeout=60)  # node 1 owns it
+    owner = owner_of(zk, cluster, sub.rsplit("/", 1)[1])
+    assert owner is not None
+    [f.result(60) for f in [publisher.publish(topic, f"m{i}".encode()) for i in range(300)]]
+    acked: set[bytes] = set()
+    after_ack: list[bytes] = []
+    lock = threading.Lock()
+
+    def callback(message: Any) -> None:
+        with lock:
+            if message.data in acked:
+                after_ack.append(message.data)
+        time.sleep(0.01)
+        try:
+            if message.ack_with_response().result(timeout=120) == AcknowledgeStatus.SUCCESS:
+                with lock:
+                    acked.add(message.data)
+        except AcknowledgeError:
+            pass  # its ack id went stale with the owner: it comes again, under a new one
+
+    stream = grpc_clients(owner % NODES + 1)[1].subscribe(sub, callback)
+    try:
+        deadline = time.monotonic() + 60
+        while len(acked) < 100 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cluster_tool.kill_node(owner)
+        deadline = time.monotonic() + 120
+        while len(acked) < 300 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2)
+        ended = stream.exception(timeout=0) if stream.done() else None  # a stream the client gave up
+    finally:
+        stream.cancel()
+        with contextlib.suppress(Exception):
+            stream.result(timeout=30)
+        cluster_tool.start_node(owner, wait_lb=False)
+    missing = {f"m{i}".encode() for i in range(300)} - acked
+    assert not missing, f"{len(missing)} never acknowledged; the stream ended with {ended!r}"
+    assert after_ack == []
