@@ -218,8 +218,11 @@ class AmsServer:
         self.tls = tls
         self.token = token
         self.address, self.port = listen or ("127.0.0.1", free_port())
-        #: The Pub/Sub gRPC API's port (docs/pubsub.md): every test server has one.
+        #: The Pub/Sub gRPC API's port (docs/pubsub.md): every test server has one, never its API's
+        #: (two free_port() calls in a row may give the same port back).
         self.grpc_port = free_port()
+        while self.grpc_port == self.port:
+            self.grpc_port = free_port()
         # no proxy reuses connections here: idle keep-alive connections need no grace at a stop
         self.env = {
             "AMS_GRPC_PORT": str(self.grpc_port),
