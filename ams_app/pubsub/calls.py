@@ -9,6 +9,7 @@ REST route it stands for, and may be called by exactly the roles that route decl
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -135,32 +136,38 @@ def abort(context: grpc.ServicerContext, error: AmsError) -> None:
     context.abort(code, error.message)
 
 
+@contextlib.contextmanager
+def _answered(svc: AmsService, context: grpc.ServicerContext, name: str) -> Iterator[None]:
+    """Around an RPC's implementation: an AmsError ends the call with its status; anything else
+    unexpected is logged and INTERNAL; the call is timed by RPC and status (docs/monitoring.md)."""
+    started, code = time.perf_counter(), "OK"
+    try:
+        yield
+    except AmsError as error:
+        code = status_code(error).name
+        abort(context, error)
+    except (grpc.RpcError, GeneratorExit):  # the client went (a stream closed under its yield)
+        code = "CANCELLED"
+        raise
+    except Exception as exc:
+        if _aborted(exc):
+            raise
+        code = "INTERNAL"
+        log.exception("%s failed", name)
+        context.abort(grpc.StatusCode.INTERNAL, "Internal error")
+    finally:
+        svc.telemetry.grpc_calls.labels(name, code).observe(time.perf_counter() - started)
+
+
 def unary(method: Callable[..., T]) -> Callable[..., T]:
-    """A unary RPC's implementation, ``method(self, request, context)`` (self has ``svc``): an
-    AmsError ends the call with its status; anything else unexpected is logged and INTERNAL. Each
-    call is timed by RPC and status code (docs/monitoring.md)."""
+    """A unary RPC's implementation, ``method(self, request, context)`` (self has ``svc``), run
+    ``_answered``."""
 
     @functools.wraps(method)
     def run(self: Any, request: Any, context: grpc.ServicerContext) -> T:
-        started, code = time.perf_counter(), "OK"
-        try:
+        with _answered(self.svc, context, method.__name__):
             return method(self, request, context)
-        except AmsError as error:
-            code = status_code(error).name
-            abort(context, error)
-            raise AssertionError("unreachable") from error  # abort raised already
-        except grpc.RpcError:
-            code = "CANCELLED"
-            raise
-        except Exception as exc:
-            if _aborted(exc):
-                raise
-            code = "INTERNAL"
-            log.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, "Internal error")
-            raise AssertionError("unreachable") from exc
-        finally:
-            self.svc.telemetry.grpc_calls.labels(method.__name__, code).observe(time.perf_counter() - started)
+        raise AssertionError("unreachable: a refusal ends the call")
 
     return run
 
@@ -170,26 +177,13 @@ def streaming(method: Callable[..., Iterator[T]]) -> Callable[..., Iterator[T]]:
 
     @functools.wraps(method)
     def run(self: Any, requests: Any, context: grpc.ServicerContext) -> Iterator[T]:
-        telemetry = self.svc.telemetry
-        started, code = time.perf_counter(), "OK"
-        telemetry.grpc_streams.inc()
+        streams = self.svc.telemetry.grpc_streams
+        streams.inc()
         try:
-            yield from method(self, requests, context)
-        except AmsError as error:
-            code = status_code(error).name
-            abort(context, error)
-        except grpc.RpcError:
-            code = "CANCELLED"
-            raise
-        except Exception as exc:
-            if _aborted(exc):
-                raise
-            code = "INTERNAL"
-            log.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, "Internal error")
+            with _answered(self.svc, context, method.__name__):
+                yield from method(self, requests, context)
         finally:
-            telemetry.grpc_streams.dec()
-            telemetry.grpc_calls.labels(method.__name__, code).observe(time.perf_counter() - started)
+            streams.dec()
 
     return run
 
