@@ -18,6 +18,7 @@ from ams_app.backends.log import StoredMessage
 from ams_app.errors import AmsError
 from ams_app.models import Subscription, subscription_key
 from ams_app.pubsub.calls import Call
+from ams_app.service import requests
 from ams_app.service.owner import ForwardTo
 from ams_app.service.requests import AckRef, DeadlineChange, PullRequest, SeekTarget
 from ams_app.service.subscriptions import Delivery
@@ -53,6 +54,12 @@ def _post(call: Call, target: ForwardTo, sub_name: str, verb: str, body: dict[st
         more = {k: v for k, v in error.items() if k not in ("code", "message", "status")}
         raise AmsError(answer.status, str(error.get("message")), str(error.get("status")), more or None)
     return data
+
+
+def ack_refs(call: Call, sub_name: str, ack_ids: Any) -> list[AckRef]:
+    """The messages that ack ids of the subscription name, read by the REST API's parser
+    (INVALID_ARGUMENT for an id that is malformed or of another subscription)."""
+    return requests.ack_refs({"ackIds": list(ack_ids)}, call.project.name, sub_name)
 
 
 def _ack_ids(call: Call, sub_name: str, refs: list[AckRef]) -> list[str]:

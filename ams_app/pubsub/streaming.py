@@ -197,7 +197,7 @@ class StreamingPull:
         call = stream.call
         with contextlib.suppress(AmsError):
             sub = self.svc.subscription(call.project, stream.sub_name)
-            refs = _refs(call, stream.sub_name, [d.ack_id for d in got])
+            refs = owned.ack_refs(call, stream.sub_name, [d.ack_id for d in got])
             owned.modify_deadline(call, sub, refs, 0)
 
     def _read(self, stream: _Stream, requests_in: Iterator[Any]) -> None:
@@ -234,7 +234,7 @@ class StreamingPull:
             return
         sub = self.svc.subscription(call.project, stream.sub_name)
         if request.ack_ids:
-            refs = _refs(call, stream.sub_name, request.ack_ids)
+            refs = owned.ack_refs(call, stream.sub_name, request.ack_ids)
             failed = self._settle(lambda: owned.acknowledge(call, sub, refs))
             stream.settle(request.ack_ids, 0)
             if sub.exactly_once:
@@ -249,7 +249,7 @@ class StreamingPull:
                 raise AmsError.invalid_data(f"modify_deadline_seconds must be between 0 and {MAX_STREAM_DEADLINE_S}")
             by_seconds.setdefault(seconds, []).append(ack_id)
         for seconds, ids in by_seconds.items():
-            refs = _refs(call, stream.sub_name, ids)
+            refs = owned.ack_refs(call, stream.sub_name, ids)
             failed = self._settle(lambda refs=refs, seconds=seconds: owned.modify_deadline(call, sub, refs, seconds))
             stream.settle(ids, seconds)
             if sub.exactly_once:
@@ -272,12 +272,6 @@ class StreamingPull:
                 return set(refused)
             raise
         return set()
-
-
-def _refs(call: Call, sub_name: str, ack_ids: Any) -> list[tuple[int, int | None]]:
-    from ams_app.service import requests
-
-    return requests.ack_refs({"ackIds": list(ack_ids)}, call.project.name, sub_name)
 
 
 def _check_deadline(seconds: int) -> None:

@@ -36,7 +36,7 @@ UPDATABLE = frozenset(
 def ack_refs(call: Call, sub_name: str, ack_ids: Any) -> list[AckRef]:
     if len(ack_ids) > MAX_ACK_IDS:
         raise AmsError.invalid_data(f"At most {MAX_ACK_IDS} ack ids in one request")
-    return requests.ack_refs({"ackIds": list(ack_ids)}, call.project.name, sub_name)
+    return owned.ack_refs(call, sub_name, ack_ids)
 
 
 def deadline_seconds(seconds: int) -> int:
