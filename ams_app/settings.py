@@ -404,6 +404,17 @@ class Settings:
         return f"{scheme}://{host}:{self.port}"
 
     @property
+    def node_grpc(self) -> str:
+        """Where the other nodes reach this one's Pub/Sub gRPC API (host:port, the host of
+        ``node_url``, with TLS when it is https); "" when grpc_port is 0."""
+        if not self.grpc_port:
+            return ""
+        from urllib.parse import urlsplit
+
+        host = urlsplit(self.node_url).hostname or "localhost"
+        return f"[{host}]:{self.grpc_port}" if ":" in host else f"{host}:{self.grpc_port}"
+
+    @property
     def listener_tls(self) -> dict[str, Any]:
         """The TLS arguments of a gevent server that listens with tls_cert and tls_key (the API's,
         the push worker's Prometheus page); empty without them. The handshake happens on the first

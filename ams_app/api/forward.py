@@ -41,10 +41,17 @@ _CONNECTIONS_PER_NODE = 32
 _CONNECT_SECONDS = 3.0
 #: Owners a request may meet in turn (each unreachable one waited out) before it answers 503.
 _OWNER_CHANGES = 3
+
+
+class OwnerUnreachable(Exception):
+    """The owner's gRPC API could not be reached (ams_app/pubsub/relay.py): waited out as its REST
+    API is."""
+
+
 #: What an owner that cannot be reached raises: refused, reset, or no connection in time (urllib3's
-#: NewConnectionError is a ConnectTimeoutError). Anything else (a read timeout, a refused
-#: certificate) is answered 503 at once: waiting would not mend it.
-_UNREACHABLE = (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.ProtocolError)
+#: NewConnectionError is a ConnectTimeoutError; OwnerUnreachable for its gRPC API). Anything else (a
+#: read timeout, a refused certificate) is answered 503 at once: waiting would not mend it.
+_UNREACHABLE = (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.ProtocolError, OwnerUnreachable)
 
 
 def owner_elsewhere(svc: AmsService, view_args: dict[str, str]) -> ForwardTo | None:

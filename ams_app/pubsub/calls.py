@@ -9,6 +9,7 @@ REST route it stands for, and may be called by exactly the roles that route decl
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import logging
@@ -38,17 +39,37 @@ T = TypeVar("T")
 ACK_ID_FAILURE = "EXACTLY_ONCE_ACKID_FAILURE"
 INVALID_ACK_ID = "PERMANENT_FAILURE_INVALID_ACK_ID"
 DOMAIN = "pubsub.googleapis.com"
+#: Metadata of a call one node sends on to a subscription's owner (ams_app/pubsub/relay.py): the
+#: sender's name. A call with it is never sent on again.
+FORWARDED = "x-ams-forwarded-by"
+#: Trailing metadata of every refusal: the answering node's name. A node that passes a call on
+#: tells by it the owner's answer from a failure to reach the owner.
+ANSWERED = "x-ams-answered-by"
 
 
 @dataclass
 class Call:
     """An authorised call: the service, the caller with their roles in the call's project, the
-    project, and the token it came with (passed on when the call goes to a subscription's owner)."""
+    project, the token it came with (passed on when the call goes to a subscription's owner), and
+    whether another node sent it on (``FORWARDED``)."""
 
     svc: AmsService
     caller: Caller
     project: Project
     token: str
+    forwarded: bool = False
+
+
+class Relayed(Exception):
+    """A subscription's owner refused a call passed on to it: its status, passed back as it is."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: tuple[tuple[str, Any], ...]) -> None:
+        super().__init__(details)
+        self.status = _Status(code, details, trailing)
+
+
+class _Status(collections.namedtuple("_Status", ("code", "details", "trailing_metadata")), grpc.Status):  # type: ignore[misc]
+    """A call's final status (what ``abort_with_status`` takes)."""
 
 
 def token_of(context: grpc.ServicerContext) -> str:
@@ -62,6 +83,11 @@ def token_of(context: grpc.ServicerContext) -> str:
         if key == "authorization" and value[:7].lower() == "bearer ":
             found = value[7:].strip()
     return found
+
+
+def forwarded(context: grpc.ServicerContext) -> bool:
+    """Whether another node sent the call on here."""
+    return any(key == FORWARDED for key, _ in context.invocation_metadata() or ())
 
 
 def _caller(svc: AmsService, context: grpc.ServicerContext) -> tuple[Caller, str]:
@@ -92,7 +118,7 @@ def authorize(svc: AmsService, context: grpc.ServicerContext, route: str, projec
             raise AmsError.unauthorized()
     if not auth.allowed(ROUTE_ROLES[route], caller):
         raise AmsError.forbidden()
-    return Call(svc, caller, project, token)
+    return Call(svc, caller, project, token, forwarded(context))
 
 
 # --- refusals -----------------------------------------------------------------------------------
@@ -120,10 +146,12 @@ def status_code(error: AmsError) -> grpc.StatusCode:
     return _BY_HTTP.get(error.code, grpc.StatusCode.UNKNOWN if error.code < 500 else grpc.StatusCode.INTERNAL)
 
 
-def abort(context: grpc.ServicerContext, error: AmsError) -> None:
-    """End the call with the error's status (never returns). An exactly-once acknowledgement's
-    refused ids go in a google.rpc.ErrorInfo detail, id -> reason, as Google's clients read it."""
+def abort(svc: AmsService, context: grpc.ServicerContext, error: AmsError) -> None:
+    """End the call with the error's status (never returns), marked with this node's name
+    (``ANSWERED``). An exactly-once acknowledgement's refused ids go in a google.rpc.ErrorInfo
+    detail, id -> reason, as Google's clients read it."""
     code = status_code(error)
+    marked = ((ANSWERED, svc.settings.node_name or "ams"),)
     refused = (error.more or {}).get("ackIdErrors")
     if isinstance(refused, dict) and refused:
         info = error_details_pb2.ErrorInfo(
@@ -131,9 +159,19 @@ def abort(context: grpc.ServicerContext, error: AmsError) -> None:
         )
         detail = any_pb2.Any()
         detail.Pack(info)
-        status = status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message, details=[detail])
-        context.abort_with_status(rpc_status.to_status(status))
+        status = rpc_status.to_status(
+            status_pb2.Status(code=getattr(code_pb2, code.name), message=error.message, details=[detail])
+        )
+        context.abort_with_status(_Status(status.code, status.details, (*status.trailing_metadata, *marked)))
+    context.set_trailing_metadata(marked)
     context.abort(code, error.message)
+
+
+def fresh(svc: AmsService) -> contextlib.AbstractContextManager[Any]:
+    """The metadata a call looks up (its caller, project, topic, subscription) as of now, from
+    the node's cache where it holds that (ams_app/service/metacache.py), as for a REST request. A
+    stream takes a fresh view for each round of its work rather than one for its whole life."""
+    return svc.metadata.view() if svc.metadata is not None else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -145,7 +183,10 @@ def _answered(svc: AmsService, context: grpc.ServicerContext, name: str) -> Iter
         yield
     except AmsError as error:
         code = status_code(error).name
-        abort(context, error)
+        abort(svc, context, error)
+    except Relayed as relayed:  # the owner's answer to a call passed on
+        code = relayed.status.code.name
+        context.abort_with_status(relayed.status)
     except (grpc.RpcError, GeneratorExit):  # the client went (a stream closed under its yield)
         code = "CANCELLED"
         raise
@@ -154,6 +195,7 @@ def _answered(svc: AmsService, context: grpc.ServicerContext, name: str) -> Iter
             raise
         code = "INTERNAL"
         log.exception("%s failed", name)
+        context.set_trailing_metadata(((ANSWERED, svc.settings.node_name or "ams"),))
         context.abort(grpc.StatusCode.INTERNAL, "Internal error")
     finally:
         svc.telemetry.grpc_calls.labels(name, code).observe(time.perf_counter() - started)
@@ -165,7 +207,7 @@ def unary(method: Callable[..., T]) -> Callable[..., T]:
 
     @functools.wraps(method)
     def run(self: Any, request: Any, context: grpc.ServicerContext) -> T:
-        with _answered(self.svc, context, method.__name__):
+        with _answered(self.svc, context, method.__name__), fresh(self.svc):
             return method(self, request, context)
         raise AssertionError("unreachable: a refusal ends the call")
 

@@ -2,43 +2,56 @@
 ams_app/service/owner.py and docs/production.md).
 
 Served here when this node owns the subscription (or when nobody needs to: the embedded
-backend, consume_owner off); otherwise sent on to the owner's REST API as the REST API forwards
-(ams_app/api/forward.py: the caller's token, marked as forwarded, over verified TLS when the
-nodes speak HTTPS), and the owner's answer read back. An acknowledgement sent on asks for each
-id on its own (``ACKS_HEADER``), as Pub/Sub acknowledges."""
+backend, consume_owner off), or when another node sent the call here (then a subscription that
+another node owns is UNAVAILABLE: ownership is moving). Otherwise the call goes on to the owner:
+to its gRPC API as it came (ams_app/pubsub/relay.py), or, to an owner that serves none, to its
+REST API as the REST API forwards (ams_app/api/forward.py: the caller's token, marked as
+forwarded, over verified TLS when the nodes speak HTTPS), and the owner's answer read back. An
+acknowledgement sent on that way asks for each id on its own (``ACKS_HEADER``), as Pub/Sub
+acknowledges."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from google.pubsub_v1.types import pubsub as ps
+
 from ams_app import jsoncodec
 from ams_app.api.forward import ACKS_HEADER, EACH, call_owner, through_owner
 from ams_app.backends.log import StoredMessage
 from ams_app.errors import AmsError
 from ams_app.models import Subscription, subscription_key
+from ams_app.pubsub import convert, relay
 from ams_app.pubsub.calls import Call
 from ams_app.service import requests
-from ams_app.service.owner import ForwardTo
+from ams_app.service.owner import ForwardTo, moved
 from ams_app.service.requests import AckRef, DeadlineChange, PullRequest, SeekTarget
 from ams_app.service.subscriptions import Delivery
 from ams_app.timeutil import now_ns, parse_iso8601_ns, zulu_nanos
 
 R = TypeVar("R")
+PullResponse = ps.PullResponse.pb()
+AcknowledgeRequest = ps.AcknowledgeRequest.pb()
+ModifyAckDeadlineRequest = ps.ModifyAckDeadlineRequest.pb()
 
 
 def _at_owner(call: Call, sub_name: str, here: Callable[[], R], there: Callable[[ForwardTo], R]) -> R:
     svc = call.svc
     if svc.owners is None:
         return here()
-    key = subscription_key(call.project.uuid, sub_name)
-    url = svc.owners.elsewhere(key)
-    if url is None:
+    if call.forwarded:  # the node that sent it here thinks this one owns it
+        try:
+            return here()
+        except ForwardTo:
+            raise moved() from None
+    target = svc.owners.owner_elsewhere(subscription_key(call.project.uuid, sub_name))
+    if target is None:
         try:
             return here()
         except ForwardTo as found:
             return through_owner(svc, found, there, here)
-    return through_owner(svc, ForwardTo(url, key), there, here)
+    return through_owner(svc, target, there, here)
 
 
 def _post(call: Call, target: ForwardTo, sub_name: str, verb: str, body: dict[str, Any], **headers: str) -> Any:
@@ -76,44 +89,82 @@ def _delivery(item: dict[str, Any]) -> Delivery:
     return Delivery(item["ackId"], stored, item.get("deliveryAttempt"))
 
 
+def _pulled_there(call: Call, sub: Subscription, request: PullRequest, target: ForwardTo) -> list[Delivery]:
+    body = {"maxMessages": request.max_messages, "returnImmediately": request.return_immediately}
+    return [_delivery(item) for item in _post(call, target, sub.name, "pull", body).get("receivedMessages", [])]
+
+
 def pull(call: Call, sub: Subscription, request: PullRequest) -> list[Delivery]:
-    def there(target: ForwardTo) -> list[Delivery]:
-        body = {"maxMessages": request.max_messages, "returnImmediately": request.return_immediately}
-        return [_delivery(item) for item in _post(call, target, sub.name, "pull", body).get("receivedMessages", [])]
+    """The deliveries of a pull (a stream's, served at this node)."""
+    return _at_owner(
+        call,
+        sub.name,
+        lambda: call.svc.pull(call.project, sub, request),
+        lambda target: _pulled_there(call, sub, request, target),
+    )
 
-    return _at_owner(call, sub.name, lambda: call.svc.pull(call.project, sub, request), there)
+
+def pull_response(call: Call, sub: Subscription, request: PullRequest, sent: Any) -> Any:
+    """The answer to the Pull RPC ``sent``: a PullResponse, or the owner's, its bytes."""
+
+    def answer(deliveries: list[Delivery]) -> Any:
+        return PullResponse(received_messages=[convert.received(d) for d in deliveries])
+
+    def there(target: ForwardTo) -> Any:
+        if target.grpc:
+            return relay.unary(call, target, "Pull", sent)
+        return answer(_pulled_there(call, sub, request, target))
+
+    return _at_owner(call, sub.name, lambda: answer(call.svc.pull(call.project, sub, request)), there)
 
 
-def acknowledge(call: Call, sub: Subscription, refs: list[AckRef]) -> None:
+def acknowledge(call: Call, sub: Subscription, refs: list[AckRef], sent: Any = None) -> None:
+    """Acknowledge each message on its own. ``sent``: the Acknowledge RPC that asks it, passed on
+    as it came to an owner with a gRPC API (else one is made of ``refs``)."""
     received = now_ns()
 
     def here() -> None:
-        call.svc.acknowledge(call.project, sub, refs, received, cumulative=False)
+        # answered once applied, as Pub/Sub's at-least-once; stored first when exactly-once
+        call.svc.acknowledge(call.project, sub, refs, received, cumulative=False, durable=sub.exactly_once)
 
     def there(target: ForwardTo) -> None:
-        _post(call, target, sub.name, "acknowledge", {"ackIds": _ack_ids(call, sub.name, refs)}, **{ACKS_HEADER: EACH})
+        ack_ids = _ack_ids(call, sub.name, refs) if sent is None or not target.grpc else []
+        if target.grpc:
+            name = convert.name(call.project, "subscriptions", sub.name)
+            relay.unary(call, target, "Acknowledge", sent or AcknowledgeRequest(subscription=name, ack_ids=ack_ids))
+            return
+        _post(call, target, sub.name, "acknowledge", {"ackIds": ack_ids}, **{ACKS_HEADER: EACH})
 
     _at_owner(call, sub.name, here, there)
 
 
-def modify_deadline(call: Call, sub: Subscription, refs: list[AckRef], seconds: int) -> None:
+def modify_deadline(call: Call, sub: Subscription, refs: list[AckRef], seconds: int, sent: Any = None) -> None:
+    """Lease the messages ``seconds`` from now, or give them back (0). ``sent``: as acknowledge's."""
     received = now_ns()
 
     def here() -> None:
         call.svc.modify_ack_deadline(call.project, sub.name, DeadlineChange(seconds, refs), received)
 
     def there(target: ForwardTo) -> None:
-        body = {"ackIds": _ack_ids(call, sub.name, refs), "ackDeadlineSeconds": seconds}
-        _post(call, target, sub.name, "modifyAckDeadline", body)
+        ack_ids = _ack_ids(call, sub.name, refs) if sent is None or not target.grpc else []
+        if target.grpc:
+            name = convert.name(call.project, "subscriptions", sub.name)
+            request = sent or ModifyAckDeadlineRequest(subscription=name, ack_ids=ack_ids, ack_deadline_seconds=seconds)
+            relay.unary(call, target, "ModifyAckDeadline", request)
+            return
+        _post(call, target, sub.name, "modifyAckDeadline", {"ackIds": ack_ids, "ackDeadlineSeconds": seconds})
 
     _at_owner(call, sub.name, here, there)
 
 
-def seek(call: Call, sub: Subscription, target: SeekTarget) -> None:
+def seek(call: Call, sub: Subscription, target: SeekTarget, sent: Any = None) -> None:
     def here() -> None:
         call.svc.seek(call.caller, call.project, sub, target)
 
     def there(owner: ForwardTo) -> None:
+        if owner.grpc and sent is not None:
+            relay.unary(call, owner, "Seek", sent)
+            return
         if target.snapshot:
             body = {"snapshot": f"projects/{call.project.name}/snapshots/{target.snapshot}"}
         else:

@@ -8,6 +8,7 @@ HTTP API's certificate (tls_cert, tls_key) when it is set."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from google.pubsub_v1.types import schema as sc
 
 from ams_app.pubsub.iam import IamPolicy
 from ams_app.pubsub.publisher import Publisher
+from ams_app.pubsub.relay import MAX_MESSAGE_BYTES
 from ams_app.pubsub.schema_service import SchemaService
 from ams_app.pubsub.subscriber import Subscriber
 from ams_app.service.core import AmsService
@@ -29,13 +31,19 @@ log = logging.getLogger("ams.grpc")
 _gevent_ready = False
 #: The largest message the listener takes: a Publish of 10 MB (Google's clients' limit per
 #: request), and room for its framing.
-MAX_RECEIVE_BYTES = 12 * 1024 * 1024
+MAX_RECEIVE_BYTES = MAX_MESSAGE_BYTES
 _EMPTY = empty_pb2.Empty
 
 
 def _pb(message: Any) -> Any:
     """The protobuf class behind a proto-plus message class (or the class itself)."""
     return message.pb() if hasattr(message, "pb") else message
+
+
+def _bytes_or(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A response serializer that passes bytes on as they are: a subscription owner's answer to a
+    call this node sent on (ams_app/pubsub/relay.py)."""
+    return lambda response: response if isinstance(response, bytes) else serialize(response)
 
 
 #: Every RPC: (service, method, request, response, kind). kind: unary, or stream (bidirectional).
@@ -120,7 +128,7 @@ def handlers(svc: AmsService, subscriber: Subscriber) -> list[grpc.GenericRpcHan
         tables[service][method] = make(
             implementation,
             request_deserializer=_pb(request).FromString,
-            response_serializer=_pb(response).SerializeToString,
+            response_serializer=_bytes_or(_pb(response).SerializeToString),
         )
     out: list[grpc.GenericRpcHandler] = []
     for service, table in tables.items():

@@ -17,7 +17,11 @@ this node, the stream's own and the unary ones (``settled``); one made through a
 counted when its lease would have ended. A stream ends when the client closes it or goes, when the
 subscription goes (NOT_FOUND), or when the node stops: then UNAVAILABLE, which Google's clients
 answer by opening a new stream (through the load balancer, to another node). Messages pulled for a
-stream that ended before they were sent are given back at once."""
+stream that ended before they were sent are given back at once.
+
+A stream that reaches a node other than the subscription's owner is passed on whole to the
+owner's gRPC API (ams_app/pubsub/relay.py) and served there: its flow control, its leases and the
+acknowledgements of its messages are then all the owner's."""
 
 from __future__ import annotations
 
@@ -33,11 +37,13 @@ from gevent.event import Event
 from gevent.queue import Empty, Queue
 from google.pubsub_v1.types import pubsub as ps
 
+from ams_app.api.forward import OwnerUnreachable
 from ams_app.errors import AmsError
 from ams_app.models import subscription_key
-from ams_app.pubsub import convert, owned
-from ams_app.pubsub.calls import Call, authorize
+from ams_app.pubsub import convert, owned, relay
+from ams_app.pubsub.calls import Call, authorize, fresh
 from ams_app.service.core import AmsService
+from ams_app.service.owner import ForwardTo, moved
 from ams_app.service.requests import PullRequest
 from ams_app.service.subscriptions import Delivery
 
@@ -128,24 +134,65 @@ class StreamingPull:
         if not first.subscription:
             raise AmsError.invalid_data("The first request of a stream names its subscription")
         project, name = convert.parse_name(first.subscription, "subscriptions")
-        call = authorize(self.svc, context, "subscriptions:pull", project)
-        sub = self.svc.subscription_to_pull(call.caller, call.project, name)
+        with fresh(self.svc):
+            call = authorize(self.svc, context, "subscriptions:pull", project)
+            sub = self.svc.subscription_to_pull(call.caller, call.project, name)
         _check_deadline(first.stream_ack_deadline_seconds)
         if first.ack_ids or first.modify_deadline_ack_ids:
             raise AmsError.invalid_data("The first request of a stream carries no ack ids")
+        self._running += 1
+        self.idle.clear()
+        try:
+            owner = self._owner_elsewhere(call, name)
+            if owner is None:
+                yield from self._serve_here(call, name, first, requests_in, context, sub.exactly_once, sub.ordered)
+                return
+            ended = Event()
+            context.add_callback(ended.set)
+            try:
+                yield from relay.stream(call, owner, first, requests_in, ended)
+            except OwnerUnreachable:
+                # its claim holds until ZooKeeper ends it: the client's next stream finds the next owner
+                assert self.svc.owners is not None
+                self.svc.owners.wait_for_release(owner.key, owner.url)
+                raise moved() from None
+        finally:
+            self._running -= 1
+            if not self._running:
+                self.idle.set()
+
+    def _owner_elsewhere(self, call: Call, name: str) -> ForwardTo | None:
+        """The owner the whole stream goes to (ams_app/pubsub/relay.py): another node that owns
+        the subscription and serves the gRPC API. None: served here, whose pulls go to an owner
+        without one through its REST API (ams_app/pubsub/owned.py)."""
+        owners = self.svc.owners
+        if owners is None:
+            return None
+        owner = owners.owner_elsewhere(subscription_key(call.project.uuid, name))
+        if owner is None or not owner.grpc:
+            return None
+        if call.forwarded:  # the node that sent it here thinks this one owns it: ownership is moving
+            raise moved()
+        return owner
+
+    def _serve_here(
+        self,
+        call: Call,
+        name: str,
+        first: Any,
+        requests_in: Iterator[Any],
+        context: grpc.ServicerContext,
+        exactly_once: bool,
+        ordered: bool,
+    ) -> Iterator[Any]:
         stream = _Stream(call, name, first)
         key = subscription_key(call.project.uuid, name)
         self._open.setdefault(key, set()).add(stream)
         context.add_callback(lambda: (stream.ended.set(), stream.changed.set()))
         reader = gevent.spawn(self._read, stream, requests_in)
-        self._running += 1
-        self.idle.clear()
         try:
-            yield from self._deliver(stream, sub.exactly_once, sub.ordered)
+            yield from self._deliver(stream, exactly_once, ordered)
         finally:
-            self._running -= 1
-            if not self._running:
-                self.idle.set()
             stream.ended.set()
             reader.kill(block=False)
             streams = self._open.get(key)
@@ -175,7 +222,12 @@ class StreamingPull:
                 stream.changed.clear()
                 stream.changed.wait(_PULL_WAIT_S)
                 continue
-            sub = self.svc.subscription_to_pull(call.caller, call.project, stream.sub_name)  # still there?
+            with fresh(self.svc):
+                sub = self.svc.subscription_to_pull(call.caller, call.project, stream.sub_name)  # still there?
+                if self._owner_elsewhere(call, stream.sub_name) is not None:
+                    # another node took the subscription (this one found nobody holding it when the
+                    # stream came): the client's next stream goes there whole
+                    raise AmsError.unavailable("The subscription is served by another node: open the stream again")
             wanted = PullRequest(
                 min(room, self.svc.settings.max_pull_messages),
                 False,
@@ -196,7 +248,8 @@ class StreamingPull:
     def _give_back(self, stream: _Stream, got: list[Delivery]) -> None:
         call = stream.call
         with contextlib.suppress(AmsError):
-            sub = self.svc.subscription(call.project, stream.sub_name)
+            with fresh(self.svc):
+                sub = self.svc.subscription(call.project, stream.sub_name)
             refs = owned.ack_refs(call, stream.sub_name, [d.ack_id for d in got])
             owned.modify_deadline(call, sub, refs, 0)
 
@@ -232,7 +285,8 @@ class StreamingPull:
                 # a heartbeat: answered (the Go client opens a new stream when one goes unanswered)
                 stream.replies.put(StreamingPullResponse(subscription_properties=stream.properties))
             return
-        sub = self.svc.subscription(call.project, stream.sub_name)
+        with fresh(self.svc):
+            sub = self.svc.subscription(call.project, stream.sub_name)
         if request.ack_ids:
             refs = owned.ack_refs(call, stream.sub_name, request.ack_ids)
             failed = self._settle(lambda: owned.acknowledge(call, sub, refs))

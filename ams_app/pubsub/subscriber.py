@@ -19,7 +19,6 @@ from ams_app.service import push_config, requests
 from ams_app.service.core import AmsService
 from ams_app.service.requests import AckRef, PullRequest, SeekTarget
 
-PullResponse = ps.PullResponse.pb()
 ListSubscriptionsResponse = ps.ListSubscriptionsResponse.pb()
 ListSnapshotsResponse = ps.ListSnapshotsResponse.pb()
 SeekResponse = ps.SeekResponse.pb()
@@ -126,14 +125,17 @@ class Subscriber:
             raise AmsError.invalid_data("max_messages must be above 0")
         # return_immediately is deprecated; without it a pull waits a while for a first message
         wanted = PullRequest(request.max_messages, request.return_immediately)
-        return PullResponse(received_messages=[convert.received(d) for d in owned.pull(call, sub, wanted)])
+        return owned.pull_response(call, sub, wanted, request)
 
     @unary
     def Acknowledge(self, request: Any, context: grpc.ServicerContext) -> Any:
         call, name = self._sub(context, "subscriptions:acknowledge", request.subscription)
         sub = self.svc.subscription(call.project, name)
-        owned.acknowledge(call, sub, ack_refs(call, name, request.ack_ids))
+        refs = ack_refs(call, name, request.ack_ids)
+        # room on the stream at once, not once the store holds the acknowledgements (a stream's
+        # flow control bounds what its client holds; an id refused comes back when its lease ends)
         self.streams.settled(call.project.uuid, name, request.ack_ids, 0)
+        owned.acknowledge(call, sub, refs, request)
         return empty_pb2.Empty()
 
     @unary
@@ -141,7 +143,7 @@ class Subscriber:
         call, name = self._sub(context, "subscriptions:modifyAckDeadline", request.subscription)
         sub = self.svc.subscription(call.project, name)
         seconds = deadline_seconds(request.ack_deadline_seconds)
-        owned.modify_deadline(call, sub, ack_refs(call, name, request.ack_ids), seconds)
+        owned.modify_deadline(call, sub, ack_refs(call, name, request.ack_ids), seconds, request)
         self.streams.settled(call.project.uuid, name, request.ack_ids, seconds)
         return empty_pb2.Empty()
 
@@ -195,5 +197,5 @@ class Subscriber:
             target = SeekTarget("", request.time.ToNanoseconds())
         else:
             raise AmsError.invalid_data("A seek needs either snapshot or time")
-        owned.seek(call, sub, target)
+        owned.seek(call, sub, target, request)
         return SeekResponse()

@@ -10,7 +10,8 @@ cursor from the store when it claims, and then keeps it in memory:
   the messages are delivered again once the next owner holds the subscription (at-least-once);
 - an acknowledge changes the cursor in memory and is answered only after the store holds it.
   Concurrent acks share one write (group commit), which is the store's single writer for that
-  cursor;
+  cursor. (The gRPC API's acknowledgements without exactly-once are answered once applied, and
+  written behind as leases are: ``durable=False``; docs/pubsub.md);
 - the store's compare-and-swap on the cursor's version is the fence. The new owner writes a version
   as soon as it claims, so a former owner that still believes it owns the subscription fails its
   next write and lets go;
@@ -56,12 +57,22 @@ _RELEASE_RECHECK_SECONDS = 1.0
 
 
 class ForwardTo(Exception):
-    """The subscription is owned by the node at ``url``: send the request there."""
+    """The subscription is owned by the node at ``url``: send the request there (or to its
+    Pub/Sub gRPC API at ``grpc``, host:port, when it serves one; ams_app/pubsub/relay.py)."""
 
-    def __init__(self, url: str, key: str) -> None:
+    def __init__(self, url: str, key: str, grpc: str = "") -> None:
         super().__init__(url)
         self.url = url
         self.key = key
+        self.grpc = grpc
+
+
+def _claim_of(data: bytes) -> tuple[str, str]:
+    """A claim's owner: its URL, and its gRPC address ("" when it serves none, or when it is of a
+    release that did not say). Raises ValueError, KeyError or TypeError for a claim that is not one."""
+    found = json.loads(data)
+    grpc = found.get("grpc") or ""
+    return str(found["url"]), str(grpc)
 
 
 def moved() -> AmsError:
@@ -99,7 +110,8 @@ class Owners:
         self.client.add_listener(self._state)
         self._held: dict[str, Held] = {}
         self._claiming: dict[str, Semaphore] = {}
-        self._others: dict[str, str] = {}  # key -> owner URL, until the claim's watch fires
+        self.grpc = settings.node_grpc
+        self._others: dict[str, tuple[str, str]] = {}  # key -> owner URL and gRPC, until the claim's watch fires
         self._confirmed_at = 0.0  # monotonic time of the last answer from ZooKeeper
         self._heartbeat: gevent.Greenlet | None = None
 
@@ -182,9 +194,9 @@ class Owners:
             return held
         if held is not None:
             self._drop(held, "its ZooKeeper session is not confirmed")
-        url = self._others.get(key)
-        if url is not None:
-            raise ForwardTo(url, key)
+        other = self._others.get(key)
+        if other is not None:
+            raise ForwardTo(other[0], key, other[1])
         claiming = self._claiming.setdefault(key, Semaphore())
         with claiming:  # one claim attempt per key at a time on this node
             held = self._held.get(key)
@@ -197,25 +209,29 @@ class Owners:
         says; None when this node owns it, nobody does, or ZooKeeper cannot say (the request is
         then served here, which claims or answers 503). Never claims: it runs before the caller
         is authenticated."""
+        found = self.owner_elsewhere(key)
+        return found.url if found is not None else None
+
+    def owner_elsewhere(self, key: str) -> ForwardTo | None:
+        """As ``elsewhere``: where to send a call for ``key``, URL and gRPC address."""
         from kazoo.exceptions import KazooException, NoNodeError
 
         if key in self._held:
             return None
-        url = self._others.get(key)
-        if url is not None:
-            return url
-        session = self._session()
-        if session is None:
-            return None
-        try:
-            data, stat = self.client.get(self._path(key), watch=lambda event, key=key: self._others.pop(key, None))
-            if stat.ephemeralOwner == session:
+        other = self._others.get(key)
+        if other is None:
+            session = self._session()
+            if session is None:
                 return None
-            url = str(json.loads(data)["url"])
-        except (NoNodeError, KazooException, ValueError, KeyError, TypeError):
-            return None
-        self._others[key] = url
-        return url
+            try:
+                data, stat = self.client.get(self._path(key), watch=lambda event, key=key: self._others.pop(key, None))
+                if stat.ephemeralOwner == session:
+                    return None
+                other = _claim_of(data)
+            except (NoNodeError, KazooException, ValueError, KeyError, TypeError):
+                return None
+            self._others[key] = other
+        return ForwardTo(other[0], key, other[1])
 
     def _claim(self, key: str) -> Held:
         from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
@@ -229,7 +245,8 @@ class Owners:
             except NoNodeError:
                 try:
                     self.client.ensure_path(f"{self.root}/owners")
-                    self.client.create(self._path(key), json.dumps({"url": self.url}).encode(), ephemeral=True)
+                    claim = {"url": self.url, "grpc": self.grpc} if self.grpc else {"url": self.url}
+                    self.client.create(self._path(key), json.dumps(claim).encode(), ephemeral=True)
                 except NodeExistsError:
                     continue  # another node was quicker: look again
                 except KazooException as exc:
@@ -240,11 +257,11 @@ class Owners:
             if stat.ephemeralOwner == session:  # ours already (a hold dropped while the claim stayed)
                 return self._take(key, session)
             try:
-                url = str(json.loads(data)["url"])
+                other = _claim_of(data)
             except (ValueError, KeyError, TypeError):
                 raise moved() from None
-            self._others[key] = url
-            raise ForwardTo(url, key)
+            self._others[key] = other
+            raise ForwardTo(other[0], key, other[1])
         raise moved()
 
     def _take(self, key: str, session: int) -> Held:
@@ -313,7 +330,7 @@ class Owners:
             changed.clear()
             try:
                 data, _ = self.client.get(self._path(key), watch=lambda event: changed.set())
-                holder = str(json.loads(data)["url"])
+                holder = _claim_of(data)[0]
             except NoNodeError:
                 return True
             except (KazooException, ValueError, KeyError, TypeError):

@@ -428,7 +428,14 @@ class SubscriptionOps(PushOps):
         self.owners.change(owned, lambda c: (cur.trim_lease(c, start, delivered_ns, end), None), durable=False)
 
     def acknowledge(
-        self, project: Project, sub: Subscription, refs: list[AckRef], received_ns: int, *, cumulative: bool
+        self,
+        project: Project,
+        sub: Subscription,
+        refs: list[AckRef],
+        received_ns: int,
+        *,
+        cumulative: bool,
+        durable: bool = True,
     ) -> dict[int, str]:
         """Acknowledge the messages; in time when the request came in (``received_ns``) before its
         lease expired, however long it then waited (for a subscription's owner to change hands).
@@ -437,11 +444,17 @@ class SubscriptionOps(PushOps):
         ``refs``, and on an exactly-once subscription refused in a 400 that names the ids.
         ``cumulative`` is the AMS API's meaning, which its edge asks for on a plain subscription
         only: an ack id acknowledges the earlier messages of its pull too, and a wrong id fails
-        the whole request as the original's did."""
+        the whole request as the original's did.
+
+        ``durable`` (the AMS API's, and Pub/Sub's on an exactly-once subscription): answered once
+        the store holds the acknowledgement. Without it (Pub/Sub's at-least-once, the gRPC API on
+        other subscriptions; docs/pubsub.md), once the subscription's owner has applied it: it
+        reaches the store within a fraction of a second, and an owner lost before that delivers
+        those messages again."""
         if not cumulative:
             policy = dl.policy_of(sub)
             failed: dict[int, str] = self._cursor_op(
-                project, sub, lambda c: dl.acknowledge(c, refs, received_ns, policy)
+                project, sub, lambda c: dl.acknowledge(c, refs, received_ns, policy), durable=durable
             )
             if sub.ordered and len(failed) < len(refs):  # the next message of its key may go now
                 self.log.wake(topic_key(project, sub.topic))

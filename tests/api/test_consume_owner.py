@@ -127,6 +127,13 @@ def ack(node: ClusterNode, project: str, sub: str, ack_id: str) -> requests.Resp
     return node.request("POST", f"/projects/{project}/subscriptions/{sub}:acknowledge", {"ackIds": [ack_id]})
 
 
+def page_of(node: ClusterNode) -> dict[Any, float]:
+    """The node's Prometheus page, its samples."""
+    r = node.session.get(node.url.removesuffix("/v1") + "/metrics", timeout=30)
+    assert r.status_code == 200, r.text
+    return prometheus_samples(r.text)
+
+
 def owner_of(zk: Any, cluster: Any, sub: str) -> int | None:
     """The number (1-based) of the node whose claim holds ``sub``, from ZooKeeper itself."""
     from kazoo.exceptions import NoNodeError
@@ -279,19 +286,14 @@ def test_the_owner_reports_its_subscriptions_and_leases(nodes, project, cluster,
     owner = owner_of(zk, cluster, sub)
     assert owner is not None
 
-    def page(node: ClusterNode) -> dict[Any, float]:
-        r = node.session.get(node.url.removesuffix("/v1") + "/metrics", timeout=30)
-        assert r.status_code == 200, r.text
-        return prometheus_samples(r.text)
-
-    owner_page = page(nodes[owner - 1])
+    owner_page = page_of(nodes[owner - 1])
     assert (sample(owner_page, "ams_consume_owned_subscriptions") or 0) >= 1
     assert (sample(owner_page, "ams_consume_leases_in_flight") or 0) >= 2
     # the owner writes its cursor behind: every node's scrape sees the backlog of the store's cursor
     for node in nodes:
-        assert sample(page(node), "ams_subscription_backlog_messages", project=project, subscription=sub) == 20
+        assert sample(page_of(node), "ams_subscription_backlog_messages", project=project, subscription=sub) == 20
     assert ack(nodes[2], project, sub, ids[-1]).status_code == 200
-    assert (sample(page(nodes[owner - 1]), "ams_consume_leases_in_flight") or 0) <= (
+    assert (sample(page_of(nodes[owner - 1]), "ams_consume_leases_in_flight") or 0) <= (
         sample(owner_page, "ams_consume_leases_in_flight") or 0
     ) - 1
 
@@ -559,9 +561,10 @@ def test_streaming_pulls_on_every_node_share_a_subscription_with_google_clients(
     assert not first.pull(subscription=sub, max_messages=10, timeout=60).received_messages
 
 
-def test_exactly_once_over_a_stream_at_a_node_that_is_not_the_owner(project, grpc_clients, cluster, zk):
+def test_exactly_once_over_a_stream_at_a_node_that_is_not_the_owner(project, grpc_clients, cluster, zk, nodes):
     """A stream on a node that does not own the subscription: every ack future succeeds (acks pass
-    on to the owner), and nothing acknowledged comes again."""
+    on to the owner), and nothing acknowledged comes again. The stream and its acknowledgements are
+    passed on whole to the owner's gRPC API (ams_app/pubsub/relay.py): the owner serves them."""
     publisher, subscriber = grpc_clients(1)
     topic, sub = f"projects/{project}/topics/{unique('t')}", f"projects/{project}/subscriptions/{unique('s')}"
     publisher.create_topic(name=topic)
@@ -579,17 +582,30 @@ def test_exactly_once_over_a_stream_at_a_node_that_is_not_the_owner(project, grp
         with lock:
             outcomes.setdefault(message.data, []).append(result)
 
+    acks = "ams_grpc_call_duration_seconds_count"
+    acks_before = sample(page_of(nodes[owner - 1]), acks, method="Acknowledge", code="OK") or 0
     stream = elsewhere.subscribe(sub, callback)
     deadline = time.monotonic() + 60
     while len(outcomes) < 100 and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(2)  # a redelivery, if any, would come now
+    served = page_of(nodes[owner - 1])
+    assert sample(served, "ams_grpc_streams_open") == 1
+    assert (sample(served, acks, method="Acknowledge", code="OK") or 0) > acks_before
     stream.cancel()
     stream.result(timeout=30)
     from google.cloud.pubsub_v1.subscriber.exceptions import AcknowledgeStatus
 
     assert sorted(outcomes) == sorted(f"m{i}".encode() for i in range(100))
     assert all(results == [AcknowledgeStatus.SUCCESS] for results in outcomes.values()), outcomes
+    # the owner's refusal comes back whole through the other node: status, message and ErrorInfo
+    from google.api_core import exceptions
+
+    stale = f"{sub}:0.1"  # acknowledged already
+    with pytest.raises(exceptions.InvalidArgument) as refused:
+        elsewhere.acknowledge(subscription=sub, ack_ids=[stale], timeout=60)
+    assert refused.value.reason == "EXACTLY_ONCE_ACKID_FAILURE"
+    assert refused.value.metadata == {stale: "PERMANENT_FAILURE_INVALID_ACK_ID"}
 
 
 def test_a_stream_outlives_a_kill_of_the_owner_and_loses_nothing(project, grpc_clients, cluster, zk):

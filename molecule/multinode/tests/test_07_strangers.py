@@ -434,7 +434,9 @@ FIREWALL_PAIRS = [
     (ZOOKEEPER_PORT, MEMBERS[0], GROUPS["spark_worker"][0], NODES[0]),
     (MONGO_PORT, STORE, GROUPS["haproxy"][0], NODES[0]),
     (AMS_PORT, NODES[0], GROUPS["spark_worker"][0], GROUPS["haproxy"][0]),
-    (GRPC_PORT, NODES[0], NODES[1], GROUPS["haproxy"][0]),  # the nodes' gRPC API: haproxy's alone
+    # the nodes' gRPC API: haproxy's, and the other nodes' (a call passed on to a subscription's owner)
+    (GRPC_PORT, NODES[0], GROUPS["spark_worker"][0], GROUPS["haproxy"][0]),
+    (GRPC_PORT, NODES[0], GROUPS["monitoring"][0], NODES[1]),
     (PUSH_WORKER_PAGE, NODES[0], GROUPS["haproxy"][0], GROUPS["monitoring"][0]),
     (9100, BROKERS[0], GROUPS["haproxy"][0], GROUPS["monitoring"][0]),  # node exporter
     (7071, BROKERS[0], NODES[0], GROUPS["monitoring"][0]),  # Kafka's JMX exporter

@@ -151,9 +151,10 @@ def test_losing_a_write_to_another_writer_ends_the_hold() -> None:
 class _Claims(_Client):
     """A client whose ``get`` serves one claim and fires its watches when the claim changes."""
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, grpc: str = "") -> None:
         super().__init__()
         self.url = url
+        self.grpc = grpc
         self.watches: list[Any] = []
         self.reads = 0
 
@@ -167,13 +168,18 @@ class _Claims(_Client):
             raise NoNodeError()
         if watch is not None:
             self.watches.append(watch)
-        return json.dumps({"url": self.url}).encode(), object()
+        claim = {"url": self.url, "grpc": self.grpc} if self.grpc else {"url": self.url}
+        return json.dumps(claim).encode(), _Stat()
 
     def change(self, url: str | None) -> None:
         self.url = url
         watches, self.watches = self.watches, []
         for watch in watches:
             watch(object())
+
+
+class _Stat:
+    ephemeralOwner = 1  # another session's claim
 
 
 def _waiting(client: _Claims, session: float = SESSION) -> Owners:
@@ -187,7 +193,7 @@ def _waiting(client: _Claims, session: float = SESSION) -> Owners:
 def test_a_request_whose_owner_is_lost_waits_until_the_claim_goes_or_moves(successor: str | None) -> None:
     client = _Claims("http://node1")
     owners = _waiting(client)
-    owners._others["p.s"] = "http://node1"
+    owners._others["p.s"] = ("http://node1", "")
     waiting = gevent.spawn(owners.wait_for_release, "p.s", "http://node1")
     gevent.sleep(0.05)
     assert not waiting.ready()  # the dead node's session still holds the claim
@@ -212,3 +218,31 @@ def test_a_claim_already_gone_or_unreadable_is_not_waited_for() -> None:
     broken = _Claims("http://node1")
     broken.fail = True
     assert _waiting(broken).wait_for_release("p.s", "http://node1") is False
+
+
+def test_a_claim_names_the_owners_grpc_api_and_one_of_an_earlier_release_none() -> None:
+    """Calls of the gRPC API go on to the owner's gRPC API (ams_app/pubsub/relay.py) when its claim
+    gives one; a claim written by a node of an earlier release (a rolling upgrade) has only its URL,
+    and such an owner is reached through its REST API."""
+    found = _waiting(_Claims("https://node2:8443", "node2:8085")).owner_elsewhere("p.s")
+    assert found is not None
+    assert (found.url, found.grpc, found.key) == ("https://node2:8443", "node2:8085", "p.s")
+    earlier = _waiting(_Claims("https://node2:8443")).owner_elsewhere("p.s")
+    assert earlier is not None
+    assert (earlier.url, earlier.grpc) == ("https://node2:8443", "")
+    owners = _waiting(_Claims("https://node2:8443", "node2:8085"))
+    assert owners.elsewhere("p.s") == "https://node2:8443"
+    assert _waiting(_Claims(None)).owner_elsewhere("p.s") is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, ""),
+        ({"grpc_port": 8085, "host": "0.0.0.0", "node_name": "node2"}, "node2:8085"),
+        ({"grpc_port": 8085, "advertise_url": "https://ams-2.example.org:8443"}, "ams-2.example.org:8085"),
+        ({"grpc_port": 18181, "host": "::1"}, "[::1]:18181"),
+    ],
+)
+def test_a_node_claims_with_the_grpc_address_the_others_reach_it_at(settings: dict[str, Any], expected: str) -> None:
+    assert Settings(**settings).node_grpc == expected
