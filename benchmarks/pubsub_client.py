@@ -90,6 +90,7 @@ class Target:
     publish_host: str
     stream_hosts: list[str]
     pids: list[int]
+    metrics_pages: list[tuple[str, str]] = field(default_factory=list)  # AMS nodes' Prometheus pages, token
 
 
 @dataclass
@@ -159,7 +160,8 @@ def ams_target(name: str, servers: list[AmsServer]) -> Iterator[Target]:
         servers[0].api().ok("POST", f"/projects/{PROJECT}", {"description": "benchmarks/pubsub_client.py"})
         hosts = [grpc_host(server) for server in servers]
         pids = [server.proc.pid for server in servers if server.proc is not None]
-        yield Target(name, hosts[0], hosts, pids)
+        pages = [(f"http://{server.host}/metrics", server.token) for server in servers]
+        yield Target(name, hosts[0], hosts, pids, pages)
     finally:
         for server in started:
             with contextlib.suppress(Exception):
@@ -415,6 +417,45 @@ def subscribe(
     return len(published) / max(last - first, 1e-9), deliveries - len(published)
 
 
+def grpc_calls(target: Target) -> dict[str, tuple[float, float]]:
+    """RPC -> (calls, seconds) answered OK so far, summed over the target's AMS nodes
+    (``ams_grpc_call_duration_seconds``, docs/monitoring.md); empty for the emulator."""
+    import requests
+
+    from tests.helpers import prometheus_samples
+
+    out: dict[str, tuple[float, float]] = {}
+    for url, token in target.metrics_pages:
+        page = requests.get(url, headers={"x-api-key": token}, timeout=30)
+        page.raise_for_status()
+        samples = prometheus_samples(page.text)
+        for (name, labels), value in samples.items():
+            found = dict(labels)
+            if found.get("code") != "OK" or name not in (
+                "ams_grpc_call_duration_seconds_count",
+                "ams_grpc_call_duration_seconds_sum",
+            ):
+                continue
+            calls, seconds = out.get(found["method"], (0.0, 0.0))
+            if name.endswith("_count"):
+                calls += value
+            else:
+                seconds += value
+            out[found["method"]] = (calls, seconds)
+    return out
+
+
+def calls_line(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]]) -> str:
+    """The RPCs served between two looks (a call passed on to the owner is counted at both nodes)."""
+    parts = []
+    for method in ("Acknowledge", "ModifyAckDeadline", "Pull"):
+        calls = after.get(method, (0.0, 0.0))[0] - before.get(method, (0.0, 0.0))[0]
+        seconds = after.get(method, (0.0, 0.0))[1] - before.get(method, (0.0, 0.0))[1]
+        if calls:
+            parts.append(f"{method} {calls:,.0f} calls, mean {seconds / calls * 1000:.1f} ms")
+    return "; ".join(parts) or "no unary calls counted"
+
+
 def target_cpu(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -449,8 +490,11 @@ def measure(target: Target, args: argparse.Namespace, run: int) -> Run:
         cpu0 = target_cpu(target.pids)
         seconds, ids = publish(target.publish_host, topic, args.messages, args.size, args.in_flight, args.timeout)
         cpu1 = target_cpu(target.pids)
+        print(f"{target.name} run {run}: published in {seconds:.1f}s, subscribing", flush=True)
+        calls_before = grpc_calls(target)
         rate, duplicates = subscribe(target.stream_hosts, sub, args.streams, ids, args.settle, args.timeout)
         cpu2 = target_cpu(target.pids)
+        print(f"{target.name} run {run}: while subscribing, {calls_line(calls_before, grpc_calls(target))}", flush=True)
         figures = Run(args.messages / seconds, rate, duplicates, cpu1 - cpu0, cpu2 - cpu1)
         figures.machine = shares(machine_before, cpu_stat())
     finally:
