@@ -22,7 +22,7 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 ## Run the service on the embedded backend at http://$(HOST):$(PORT), and Google's Pub/Sub gRPC API
 ## at $(HOST):$(GRPC_PORT) in emulator mode: calls without credentials act as admin (docs/pubsub.md)
 run: venv
-	$(BIN)/ams admin bootstrap --data-dir $(DATA)
+	$(BIN)/ams admin bootstrap --data-dir $(DATA) --host $(HOST) --port $(PORT)
 	$(BIN)/ams serve --data-dir $(DATA) --host $(HOST) --port $(PORT) --grpc-port $(GRPC_PORT) --grpc-emulator-user admin
 
 ## Run the whole test suite on both backends: starts Kafka, ZooKeeper and FerretDB first

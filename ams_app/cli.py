@@ -60,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     boot = verbs.add_parser("bootstrap", help="ensure a service admin user exists; print its token")
     common(boot)
     boot.add_argument("--name", default="admin")
+    boot.add_argument("--host", help="the address `ams serve` will listen on, for the example it prints")
+    boot.add_argument("--port", type=int, help="the port `ams serve` will listen on, for the example it prints")
     project = verbs.add_parser("create-project", help="create a project")
     common(project)
     project.add_argument("name")
@@ -118,6 +120,14 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _reach(settings: Settings) -> str:
+    """The URL on this machine of a server with these settings (loopback for one that listens on
+    every address)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(settings.host, settings.host)
+    scheme = "https" if settings.tls_cert else "http"
+    return f"{scheme}://[{host}]:{settings.port}" if ":" in host else f"{scheme}://{host}:{settings.port}"
+
+
 def _admin(args: argparse.Namespace, settings: Settings) -> int:
     from ams_app.api.views import project_view, user_view
     from ams_app.auth import SERVICE_CALLER
@@ -140,7 +150,7 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
                 existing = svc.create_user(SERVICE_CALLER, args.name, admin)
                 print(f"created service admin {args.name!r}", file=sys.stderr)
             print(f"token of {args.name!r}: {existing.token}", file=sys.stderr)
-            print(f"try: curl -H 'x-api-key: {existing.token}' http://{settings.host}:{settings.port}/v1/projects")
+            print(f"try: curl -H 'x-api-key: {existing.token}' {_reach(settings)}/v1/projects")
         elif args.verb == "create-project":
             created = svc.create_project(SERVICE_CALLER, args.name, args.description)
             print(json.dumps(project_view(svc, created), indent=2))

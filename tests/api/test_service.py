@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import os
+import queue
+import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import requests
 
-from tests.helpers import ROOT, AmsServer, Api, error_of, prometheus_samples, sample
+from tests.helpers import ROOT, AmsServer, Api, error_of, free_port, prometheus_samples, sample
 
 
 def ams(*args: str) -> subprocess.CompletedProcess[str]:
@@ -102,6 +106,45 @@ def test_bad_settings_stop_the_command_with_a_message(tmp_path: Path) -> None:
     done = ams("serve", "--config", str(config), "--data-dir", str(tmp_path / "d"))
     assert done.returncode == 2
     assert "port" in done.stderr
+
+
+def test_make_run_prints_an_example_that_reaches_the_server_it_starts(tmp_path: Path) -> None:
+    """The README's quick start on other ports (``make run PORT=...``): the curl line that the
+    bootstrap prints names the port the server then listens on, and its token works there."""
+    port, grpc_port = free_port(), free_port()
+    while grpc_port == port:
+        grpc_port = free_port()
+    data = tmp_path / "data"
+    command = ["make", "--no-print-directory", "run", f"PORT={port}", f"GRPC_PORT={grpc_port}", f"DATA={data}"]
+    proc = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout or ()], daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        line = ""
+        while "try: curl" not in line:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+        found = re.fullmatch(r"try: curl -H 'x-api-key: (\S+)' (\S+)\n", line)
+        assert found, line
+        token, url = found.groups()
+        assert url == f"http://127.0.0.1:{port}/v1/projects"
+        while True:  # the server starts after the bootstrap
+            try:
+                answer = requests.get(url, headers={"x-api-key": token}, timeout=5)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, "make run: the server did not answer"
+                time.sleep(0.2)
+        assert answer.status_code == 200, answer.text
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+        reader.join(30)  # at the end of its output: the whole group is gone
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 def test_admin_verbs(make_server: Any, tmp_path: Path) -> None:
