@@ -22,6 +22,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, NoReturn
 
 import requests
@@ -341,7 +342,10 @@ def _hint(options: Options, attached_to: str | None) -> str:
 
 # ------------------------------------------------------------------------------- output ----
 def _threshold(value: float) -> str:
-    return f"{value:g}"
+    """A threshold as Nagios reads a number in performance data: digits and a point, never an
+    exponent (``:g`` writes 0.000001 as 1e-06), no trailing zeros."""
+    text = format(Decimal(repr(value)), "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def status_line(code: int, text: str, perfdata: str = "") -> str:

@@ -159,6 +159,23 @@ def test_warning_when_slower_than_the_warning_threshold(
     assert perf["time"][1] == ["0", "90", "0"]
 
 
+def test_thresholds_in_the_performance_data_are_numbers_nagios_reads(
+    server: AmsServer, project: str, ca: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Nagios's performance data takes digits and a point: no exponent (``1e-06``), whatever
+    threshold is given."""
+    argv = args(server, ca, project, "--warning", "0.000001", "--critical", "90.5")
+    code, line = run_probe(argv, capsys)
+    assert code == probe.WARNING, line
+    _, text, perf = parsed(line)
+    assert text.endswith("(warning above 0.000001 s)"), text
+    assert perf["time"][1] == ["0.000001", "90.5", "0"]
+    for item in line.split(" | ", 1)[1].split():
+        value, *fields = item.partition("=")[2].split(";")
+        for number in [value.removesuffix("s"), *fields]:
+            assert re.fullmatch(r"-?[0-9]+(\.[0-9]+)?", number), (number, line)
+
+
 # ---------------------------------------------------------------------------- CRITICAL ----
 def test_critical_on_a_bad_token(server: AmsServer, project: str, ca: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, line = run_probe(args(server, ca, project, *RELAXED, token="not-a-token"), capsys)
