@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ams_app import __version__
 from ams_app.settings import Settings, SettingsError, load_settings
 
 
@@ -29,6 +30,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ams", description="ARGO Messaging Service")
+    parser.add_argument("--version", action="version", version=f"ams {__version__}", help="print the release")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:

@@ -11,12 +11,16 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import requests
 
 from tests.helpers import ROOT, AmsServer, Api, error_of, free_port, prometheus_samples, sample
+
+#: The release being built (pyproject.toml), which the installed package reports.
+RELEASE = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def ams(*args: str) -> subprocess.CompletedProcess[str]:
@@ -51,9 +55,14 @@ def test_version_shows_release_only_to_admins(api: Api) -> None:
     anonymous = api.as_("").ok("GET", "/version")
     assert {"build_time", "golang", "compiler", "os", "architecture"} <= set(anonymous)
     assert "release" not in anonymous
-    assert api.ok("GET", "/version")["release"] == "0.1.0"
+    assert api.ok("GET", "/version")["release"] == RELEASE
     viewer = api.new_user(service_roles=["admin_viewer"])
     assert "release" in api.as_(viewer["token"]).ok("GET", "/version")
+
+
+def test_ams_version_prints_the_release() -> None:
+    done = ams("--version")
+    assert (done.returncode, done.stdout) == (0, f"ams {RELEASE}\n")
 
 
 def test_token_in_the_query_string(server: AmsServer, api: Api) -> None:
