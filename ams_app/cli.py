@@ -226,11 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{settings.host}:{settings.port}"
         print(f"settings are valid: backend {settings.backend}, listening on {where}, push {settings.push_worker}")
         return 0
+    from ams_app.backends.errors import LayoutRefused
     from ams_app.backends.sqlite.db import SchemaTooNew
 
     try:
         return _command(args, settings)
-    except SchemaTooNew as exc:  # a data directory of a newer release: say so, no traceback
+    except (SchemaTooNew, LayoutRefused) as exc:  # data of a newer release, or not ours: say so, no traceback
         print(f"ams: {exc}", file=sys.stderr)
         return 2
     except TokenSealError as exc:  # token_key_file unusable, or not the keys the store's tokens need

@@ -17,3 +17,9 @@ class BackendUnavailable(BackendError):
 class MessageTooLarge(BackendError):
     """The backend refuses a message of this size (Kafka's ``message.max.bytes``). Clients are
     told ``413``."""
+
+
+class LayoutRefused(RuntimeError):
+    """The metadata database is not one this release may open: written by a newer release (a
+    layout version above this one's), or in the original ARGO AMS's layout. Not a BackendError:
+    the process stops with the reason, it does not serve (docs/production.md, "Upgrading")."""

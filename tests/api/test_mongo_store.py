@@ -1,21 +1,32 @@
-"""The MongoDB store's cursor compare-and-swap, against the real MongoDB-wire server (FerretDB).
+"""The MongoDB store against the real MongoDB-wire server (FerretDB): its cursor compare-and-swap,
+and its layout version.
 
 These pin the property the cluster relies on: of concurrent writers moving a subscription's
-cursor from one version, exactly one wins; and a writer holding an old read never wins."""
+cursor from one version, exactly one wins; and a writer holding an old read never wins. And what
+an upgrade relies on: a database records its layout version, a newer one is refused before
+anything is written, and so is the original ARGO AMS's database."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from pymongo import MongoClient
 
-from ams_app.backends.mongo.store import MongoMetadataStore
+from ams_app import __version__
+from ams_app.backends.errors import LayoutRefused
+from ams_app.backends.mongo.store import LAYOUT_COLLECTION, LAYOUT_VERSION, MongoMetadataStore, layout_version
 from ams_app.models import Subscription
 from tests.conftest import require_backend
-from tests.helpers import scratch_mongo_store
+from tests.helpers import ROOT, scratch_mongo_store, service_settings, unique
 
 
 @pytest.fixture
@@ -112,3 +123,96 @@ def test_a_quiet_cursor_keeps_only_its_last_two_versions(
     assert final is not None
     assert (final.offset, final.version) == (40, 40)
     assert store.tidy_cursor(key) == 0  # the last two always stay
+
+
+# --- the layout version (docs/production.md, "Upgrading") ------------------------------------------
+@pytest.fixture
+def database() -> Iterator[Any]:
+    """An empty database of its own on the tests' MongoDB-wire server, dropped on the way out."""
+    require_backend("kafka")
+    client: MongoClient[dict[str, Any]] = MongoClient(
+        service_settings()["AMS_MONGO_URI"], serverSelectionTimeoutMS=10_000
+    )
+    name = unique("ams_layout").replace("-", "_")
+    try:
+        yield client[name]
+    finally:
+        client.drop_database(name)
+        client.close()
+
+
+def _open(db: Any) -> MongoMetadataStore:
+    return MongoMetadataStore(service_settings()["AMS_MONGO_URI"], db.name, 10)
+
+
+def _state(db: Any) -> dict[str, Any]:
+    """Every collection of the database with its documents and its indexes."""
+    return {
+        name: (sorted(map(str, db[name].find())), sorted(db[name].index_information()))
+        for name in db.list_collection_names()
+    }
+
+
+def test_a_new_database_records_the_layout_version_and_opens_again(database: Any) -> None:
+    _open(database).close()
+    assert layout_version(database) == LAYOUT_VERSION
+    assert database[LAYOUT_COLLECTION].find_one({"_id": "layout"})["release"] == __version__
+    _open(database).close()  # its own version: opened as it is
+    assert database[LAYOUT_COLLECTION].count_documents({}) == 1
+
+
+def test_a_database_of_a_release_before_versions_is_of_the_first(database: Any) -> None:
+    store = _open(database)
+    assert store.create_subscription(Subscription("p", "s", "t"), 3)
+    store.close()
+    database.drop_collection(LAYOUT_COLLECTION)  # as a release before versions left it
+    store = _open(database)
+    try:
+        assert layout_version(database) == LAYOUT_VERSION
+        assert store.get_subscription("p", "s") is not None  # and nothing of it changed
+    finally:
+        store.close()
+
+
+def test_a_newer_layout_is_refused_before_anything_is_written(database: Any) -> None:
+    database[LAYOUT_COLLECTION].insert_one({"_id": "layout", "version": LAYOUT_VERSION + 1, "release": "9.0.0"})
+    before = _state(database)
+    with pytest.raises(LayoutRefused, match=f"layout version {LAYOUT_VERSION + 1}, this release of ams knows"):
+        _open(database)
+    assert _state(database) == before
+
+
+def test_the_original_servers_database_is_refused_and_left_as_it_was(database: Any) -> None:
+    """A database in the Go server's layout (its own collection names): no index, no version, nothing
+    of ours is written to it."""
+    database["projects"].insert_one({"uuid": "u1", "name": "ARGO", "description": ""})
+    database["users"].insert_one({"uuid": "u2", "name": "alice", "token": "t" * 64, "projects": []})
+    database["daily_topic_msg_count"].insert_one({"project_uuid": "u1", "topic_name": "t", "msg_count": 3})
+    before = _state(database)
+    with pytest.raises(LayoutRefused, match="original ARGO AMS's layout"):
+        _open(database)
+    assert _state(database) == before
+
+
+def test_ams_stops_with_the_reason_on_a_newer_layout(database: Any, tmp_path: Path) -> None:
+    database[LAYOUT_COLLECTION].insert_one({"_id": "layout", "version": LAYOUT_VERSION + 1, "release": "9.0.0"})
+    env = {
+        **os.environ,
+        **service_settings(),
+        "AMS_BACKEND": "kafka",
+        "AMS_MONGO_DATABASE": database.name,
+        "AMS_CONSUME_OWNER": "false",
+        "AMS_PUSH_ENABLED": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "ams_app", "admin", "bootstrap", "--data-dir", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "newer release wrote it" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -39,8 +40,11 @@ from bson import ObjectId
 from bson.errors import InvalidId
 from pymongo import ASCENDING, DESCENDING, MongoClient
 from pymongo.collection import Collection
+from pymongo.database import Database
 from pymongo.errors import DuplicateKeyError, OperationFailure, PyMongoError
 
+from ams_app import __version__
+from ams_app.backends.errors import LayoutRefused
 from ams_app.backends.store import (
     BindingWrite,
     DailyKey,
@@ -232,17 +236,68 @@ def _schema_doc(schema: Schema) -> Doc:
     return doc
 
 
+#: The version of the database layout this release reads and writes (its collections, fields and
+#: indexes), kept in the database's ``ams_layout`` collection, as the embedded backend keeps its
+#: schema version (docs/production.md, "Upgrading"). A release opens a database of its own version
+#: or older, bringing an older one up to its own (``_LAYOUT_STEPS``), and refuses a newer one: a
+#: downgrade would write what its code does not know. A database of a release before versions (no
+#: ``ams_layout``) is of version 1, the first one.
+LAYOUT_VERSION = 1
+#: The steps from each version to the next: ``_LAYOUT_STEPS[i]`` takes version i + 1 to i + 2.
+_LAYOUT_STEPS: tuple[Callable[[Database[Doc]], None], ...] = ()
+LAYOUT_COLLECTION = "ams_layout"
+#: Collections of the original ARGO AMS's database (the Go server's) that this layout has not: a
+#: database that holds them and no ``ams_layout`` is the original's, and is never written to here.
+ORIGINAL_COLLECTIONS = ("daily_topic_msg_count", "user_registrations", "op_metrics", "roles")
+
+
+def layout_version(db: Database[Doc]) -> int | None:
+    """The layout version a database records; None when it records none (a new database, one of a
+    release before versions, or one that is not ours)."""
+    found = db[LAYOUT_COLLECTION].find_one({"_id": "layout"})
+    return int(found["version"]) if found is not None else None
+
+
+def check_layout(db: Database[Doc]) -> int | None:
+    """What opening ``db`` finds: its recorded layout version, or None for one that records none.
+    Raises LayoutRefused for a newer layout, or for the original's database."""
+    found = layout_version(db)
+    if found is not None and found > LAYOUT_VERSION:
+        raise LayoutRefused(
+            f"the metadata database {db.name!r} is at layout version {found}, this release of ams knows "
+            f"versions up to {LAYOUT_VERSION}: a newer release wrote it, and downgrades are not supported "
+            "(docs/production.md, 'Upgrading')"
+        )
+    if found is None:
+        original = sorted(set(ORIGINAL_COLLECTIONS) & set(db.list_collection_names()))
+        if original:
+            raise LayoutRefused(
+                f"the metadata database {db.name!r} is in the original ARGO AMS's layout ({', '.join(original)}): "
+                "ams does not write to it: give ams a database of its own (mongo_database)"
+            )
+    return found
+
+
 class MongoMetadataStore:
     def __init__(self, uri: str, database: str, timeout_seconds: float = 10.0, keyring: Keyring | None = None) -> None:
-        """Connect, make the indexes; users' tokens are sealed under ``keyring`` (None: in clear)."""
+        """Connect, check the database's layout (LayoutRefused: not one to open), bring it to this
+        release's, make the indexes; users' tokens are sealed under ``keyring`` (None: in clear)."""
         ms = int(timeout_seconds * 1000)
         self.client: MongoClient[Doc] = MongoClient(
             uri, serverSelectionTimeoutMS=ms, connectTimeoutMS=ms, socketTimeoutMS=ms * 3, appname="ams"
         )
         self.db = self.client[database]
+        try:
+            found = check_layout(self.db)  # before anything is written
+        except BaseException:
+            self.client.close()
+            raise
+        for step in _LAYOUT_STEPS[(found or 1) - 1 :]:
+            step(self.db)
         for name, indexes in _INDEXES.items():
             for keys, unique in indexes:
                 self.db[name].create_index(keys, unique=unique, sparse=(name, keys[0][0]) in _SPARSE)
+        self._record_layout(found)
         # cursors written to lately -> when to tidy them: the versions a cursor's last writes left
         # behind go once it has been quiet for _KEEP_SECONDS (the every-_GC_EVERY clean-up only
         # runs while it is written to, so a drained subscription kept them for ever)
@@ -255,6 +310,18 @@ class MongoMetadataStore:
         except BaseException:
             self.client.close()
             raise
+
+    def _record_layout(self, found: int | None) -> None:
+        """Record this release's layout version (nodes starting together: one writes it first)."""
+        layouts = self.db[LAYOUT_COLLECTION]
+        if found is None:
+            with contextlib.suppress(DuplicateKeyError):
+                layouts.insert_one({"_id": "layout", "version": LAYOUT_VERSION, "release": __version__})
+        elif found < LAYOUT_VERSION:
+            layouts.update_one(
+                {"_id": "layout", "version": {"$lt": LAYOUT_VERSION}},
+                {"$set": {"version": LAYOUT_VERSION, "release": __version__}},
+            )
 
     def _c(self, name: str) -> Collection[Doc]:
         return self.db[name]
