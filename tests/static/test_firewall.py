@@ -129,14 +129,16 @@ def test_ports_open_to_any_have_no_source() -> None:
     assert balancer["tcp dport 8405"] == {"ip": {FACTS["mon1"]}}
 
 
-def test_the_nodes_grpc_port_is_haproxys_alone() -> None:
-    """The Pub/Sub gRPC API: anyone at haproxy's frontend, only haproxy at a node's port (the nodes pass
-    calls on to each other over the API, which the other nodes reach); the ports are the production
+def test_the_nodes_grpc_port_is_haproxys_and_the_other_nodes() -> None:
+    """The Pub/Sub gRPC API: anyone at haproxy's frontend; at a node's port, haproxy and the AMS nodes
+    (a node passes a subscription's calls on to its owner's gRPC API); the ports are the production
     inventory's."""
     production = ROOT / "inventories" / "production" / "group_vars"
     node_port = yaml.safe_load((production / "ams.yml").read_text())["ams_grpc_port"]
     frontend_port = yaml.safe_load((production / "haproxy.yml").read_text())["haproxy_grpc_port"]
-    assert rules(ruleset("ams1"))[f"tcp dport {node_port}"] == {"ip": {FACTS["lb1"]}}
+    nodes = {FACTS[name] for name in FACTS if name.startswith("ams")}
+    assert rules(ruleset("ams1"))[f"tcp dport {node_port}"] == {"ip": {FACTS["lb1"], *nodes}}
+    assert FACTS["mon1"] not in rules(ruleset("ams1"))[f"tcp dport {node_port}"]["ip"]
     assert rules(ruleset("lb1"))[f"tcp dport {frontend_port}"] == {None: set()}
     assert f"tcp dport {node_port}" not in rules(ruleset("lb1"))
 
