@@ -114,6 +114,16 @@ def _parser() -> argparse.ArgumentParser:
     hosts.add_argument("hosts", nargs="+", metavar="HOST", help="a host name clients use for AMS")
     hosts.add_argument("--service-type", default="ams", help="created when missing (default ams)")
 
+    migrate = sub.add_parser("migrate", help="take over from another service (docs/migration.md)")
+    sources = migrate.add_subparsers(dest="source", required=True)
+    argo = sources.add_parser(
+        "from-argo", help="take over the metadata of the original ARGO AMS from its MongoDB (read only)"
+    )
+    common(argo)
+    argo.add_argument("--source-mongo-uri", required=True, help="the original's MongoDB, e.g. mongodb://old:27017")
+    argo.add_argument("--source-database", required=True, help="the original's database name")
+    argo.add_argument("--dry-run", action="store_true", help="say what would be done, write nothing")
+
     republish = sub.add_parser("republish", help="republish a subscription's messages to topics chosen per message")
     republish.add_argument("config_file", metavar="CONFIG", help="the republisher's YAML file (docs/republisher.md)")
 
@@ -239,7 +249,58 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def _migrate(args: argparse.Namespace, settings: Settings) -> int:
+    """``ams migrate from-argo``: the report on stdout; 0 once done (what could not be mapped is
+    listed, it does not fail the run), 1 when the source cannot be read or is the destination."""
+    from pymongo import MongoClient
+    from pymongo.errors import PyMongoError
+
+    from ams_app.backends import token_keyring
+    from ams_app.migrate.argo import migrate
+
+    same_server = args.source_mongo_uri.rstrip("/") == settings.mongo_uri.rstrip("/")
+    if settings.backend == "kafka" and args.source_database == settings.mongo_database and same_server:
+        print("ams: the source is the destination database: give ams a database of its own", file=sys.stderr)
+        return 1
+    client: MongoClient[dict[str, Any]] = MongoClient(args.source_mongo_uri, serverSelectionTimeoutMS=10_000)
+    try:
+        source = client[args.source_database]
+        try:
+            present = source.list_collection_names()
+        except PyMongoError as exc:
+            print(f"ams: the source cannot be read: {exc}", file=sys.stderr)
+            return 1
+        if "users" not in present or "projects" not in present:
+            print(
+                f"ams: {args.source_database!r} has no projects and users: not the original's database", file=sys.stderr
+            )
+            return 1
+        if settings.backend == "embedded":
+            from ams_app.backends.sqlite import open_embedded
+
+            store: Any
+            store, log = open_embedded(settings, token_keyring(settings))
+            log.close()
+        else:
+            from ams_app.backends.mongo.store import MongoMetadataStore
+
+            keyring = token_keyring(settings)
+            store = MongoMetadataStore(
+                settings.mongo_uri, settings.mongo_database, settings.kafka_timeout_seconds, keyring
+            )
+        try:
+            report = migrate(source, store, dry_run=args.dry_run)
+        finally:
+            store.close()
+    finally:
+        client.close()
+    print("\n".join(report.lines()))
+    return 0
+
+
 def _command(args: argparse.Namespace, settings: Settings) -> int:
+    if args.command == "migrate":
+        return _migrate(args, settings)
     if args.command == "serve":
         from ams_app.serve import serve
 

@@ -1,0 +1,1 @@
+"""Taking over from another messaging service (docs/migration.md)."""
