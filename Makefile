@@ -8,7 +8,7 @@ PORT   ?= 8080
 GRPC_PORT ?= 8085
 PYTEST_ARGS ?=
 
-.PHONY: venv run test test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down cluster-status authn-demo authn-demo-down
+.PHONY: venv run test dist test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down cluster-status authn-demo authn-demo-down
 
 venv: $(VENV)/.installed
 
@@ -121,6 +121,11 @@ image: venv
 ## Boot the image once and wait for systemd to reach "running"
 image-check: image
 	$(BIN)/python -m tools.image check
+
+## The release: the ams-app wheel and sdist at pyproject.toml's version, and SHA256SUMS, under dist/
+## (tools/dist.py; docs/production.md, "Releases")
+dist: venv
+	$(BIN)/python -m tools.dist --out dist
 
 ## What the roles install from the controller, built here under .cache/artifacts (tools/artifacts.py):
 ## the Kafka archive, the FerretDB binary, the AMS wheelhouse, the pyspark wheels, a test CA
