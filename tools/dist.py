@@ -26,7 +26,7 @@ def release() -> str:
 
 def build(out: Path) -> list[Path]:
     """The sdist and the wheel in ``out``, and SHA256SUMS beside them; the two artifacts."""
-    from setuptools import build_meta
+    from setuptools import build_meta  # type: ignore[import-untyped]
 
     out = out.resolve()
     out.mkdir(parents=True, exist_ok=True)
