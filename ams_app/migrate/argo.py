@@ -53,7 +53,7 @@ from ams_app.service.schemas import new_revision_id
 #: Collections of the source that are not taken over, and why.
 LEFT_OUT = {
     "op_metrics": "the Go hosts' own CPU and memory, not tenant data",
-    "roles": "the route-to-roles table: fixed in code here (differences are listed)",
+    "roles": "the route-to-roles table: fixed in code here (its differences are listed above)",
 }
 #: The Go server's "never" (0001-01-01), which is no time to keep.
 _EPOCH_YEAR = 1970
@@ -399,6 +399,24 @@ class _Run:
             if name in present:
                 self.report.left_out.append(f"{name}: {why}")
 
+    def roles_(self) -> None:
+        """The source's route-to-roles table against the roles each route here declares: each
+        difference listed (an operator may have changed the original's table)."""
+        import ams_app.api.routes  # noqa: F401  (the routes declare their roles as they load)
+        from ams_app.api.pipeline import ROUTE_ROLES
+
+        for doc in self._docs("roles"):
+            resource = _str(doc, "resource")
+            theirs = sorted(r for r in doc.get("roles") or [] if isinstance(r, str))
+            ours = ROUTE_ROLES.get(resource)
+            if ours is None:
+                self.report.unmapped.append(f"roles table: {resource!r} is not a route here")
+            elif set(theirs) != ours:
+                self.report.unmapped.append(
+                    f"roles table: {resource!r} is for {', '.join(theirs) or 'nobody'} there, "
+                    f"for {', '.join(sorted(ours))} here"
+                )
+
 
 def migrate(source: Any, store: MetadataStore, *, dry_run: bool = False) -> Report:
     """Take over the original's metadata from ``source`` (a pymongo Database, read only) into
@@ -414,6 +432,7 @@ def migrate(source: Any, store: MetadataStore, *, dry_run: bool = False) -> Repo
     run.daily_(counters)
     run.registrations_()
     run.left_out_(present)
+    run.roles_()
     if not dry_run and (counters.topics or counters.subs or counters.daily):
         store.add_usage(counters)
     return run.report

@@ -80,8 +80,13 @@ def test_a_migration_onto_the_same_kafka_is_seen_unchanged_by_the_library(
         assert any("topic 'events'" in line and "ACL entry" in line for line in unmapped), unmapped
         assert [line for line in report if line.startswith("left out: ")] == [
             "left out: op_metrics: the Go hosts' own CPU and memory, not tenant data",
-            "left out: roles: the route-to-roles table: fixed in code here (differences are listed)",
+            "left out: roles: the route-to-roles table: fixed in code here (its differences are listed above)",
         ]
+        assert "not mapped: roles table: 'x' is not a route here" in unmapped
+        assert (
+            "not mapped: roles table: 'topics:publish' is for project_admin, publisher there, "
+            "for project_admin, publisher, service_admin here"
+        ) in unmapped
 
         again = migrate(env, db.name)  # idempotent: everything is there, nothing counted twice
         assert again.returncode == 0, again.stderr
