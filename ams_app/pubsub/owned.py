@@ -80,6 +80,13 @@ def _ack_ids(call: Call, sub_name: str, refs: list[AckRef]) -> list[str]:
     return [f"{prefix}{offset}" if attempt is None else f"{prefix}{offset}.{attempt}" for offset, attempt in refs]
 
 
+def _named(call: Call, sub: Subscription, refs: list[AckRef]) -> dict[str, Any]:
+    """The subscription's name and the ack ids of ``refs``, as an Acknowledge or ModifyAckDeadline
+    request names them."""
+    name = convert.name(call.project, "subscriptions", sub.name)
+    return {"subscription": name, "ack_ids": _ack_ids(call, sub.name, refs)}
+
+
 def _delivery(item: dict[str, Any]) -> Delivery:
     m = item["message"]
     stored = StoredMessage(
@@ -128,12 +135,11 @@ def acknowledge(call: Call, sub: Subscription, refs: list[AckRef], sent: Any = N
         call.svc.acknowledge(call.project, sub, refs, received, cumulative=False, durable=sub.exactly_once)
 
     def there(target: ForwardTo) -> None:
-        ack_ids = _ack_ids(call, sub.name, refs) if sent is None or not target.grpc else []
         if target.grpc:
-            name = convert.name(call.project, "subscriptions", sub.name)
-            relay.unary(call, target, "Acknowledge", sent or AcknowledgeRequest(subscription=name, ack_ids=ack_ids))
+            request = sent if sent is not None else AcknowledgeRequest(**_named(call, sub, refs))
+            relay.unary(call, target, "Acknowledge", request)
             return
-        _post(call, target, sub.name, "acknowledge", {"ackIds": ack_ids}, **{ACKS_HEADER: EACH})
+        _post(call, target, sub.name, "acknowledge", {"ackIds": _ack_ids(call, sub.name, refs)}, **{ACKS_HEADER: EACH})
 
     _at_owner(call, sub.name, here, there)
 
@@ -146,13 +152,13 @@ def modify_deadline(call: Call, sub: Subscription, refs: list[AckRef], seconds: 
         call.svc.modify_ack_deadline(call.project, sub.name, DeadlineChange(seconds, refs), received)
 
     def there(target: ForwardTo) -> None:
-        ack_ids = _ack_ids(call, sub.name, refs) if sent is None or not target.grpc else []
         if target.grpc:
-            name = convert.name(call.project, "subscriptions", sub.name)
-            request = sent or ModifyAckDeadlineRequest(subscription=name, ack_ids=ack_ids, ack_deadline_seconds=seconds)
+            named = _named(call, sub, refs)
+            request = sent if sent is not None else ModifyAckDeadlineRequest(**named, ack_deadline_seconds=seconds)
             relay.unary(call, target, "ModifyAckDeadline", request)
             return
-        _post(call, target, sub.name, "modifyAckDeadline", {"ackIds": ack_ids, "ackDeadlineSeconds": seconds})
+        body = {"ackIds": _ack_ids(call, sub.name, refs), "ackDeadlineSeconds": seconds}
+        _post(call, target, sub.name, "modifyAckDeadline", body)
 
     _at_owner(call, sub.name, here, there)
 
