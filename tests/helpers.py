@@ -167,6 +167,29 @@ def backend_env(backend: str) -> dict[str, str]:
     }
 
 
+def run_ams(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """``python -m ams_app ARGS`` from the tree, its output captured; ``env``: the whole environment
+    (default: this process's)."""
+    return subprocess.run(
+        [sys.executable, "-m", "ams_app", *args],
+        cwd=ROOT,
+        env=os.environ.copy() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def database_state(db: Any) -> dict[str, Any]:
+    """Every collection of a MongoDB database with its documents and the names of its indexes: to
+    compare before and after what must not write to it."""
+    return {
+        name: (sorted(map(str, db[name].find())), sorted(db[name].index_information()))
+        for name in sorted(db.list_collection_names())
+    }
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

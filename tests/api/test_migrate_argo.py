@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from pymongo import MongoClient
 from tests import argo_layout
 from tests.argo_layout import ArgoSource
 from tests.conftest import require_backend
-from tests.helpers import ROOT, drop_database, service_settings, unique
+from tests.helpers import database_state, drop_database, run_ams, service_settings, unique
 
 
 @pytest.fixture
@@ -39,23 +38,17 @@ def source() -> Iterator[tuple[Any, ArgoSource]]:
         client.close()
 
 
-def _state(db: Any) -> dict[str, Any]:
-    return {name: sorted(map(str, db[name].find())) for name in sorted(db.list_collection_names())}
-
-
 def migrate(env: dict[str, str], source_db: str, *more: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "ams_app", "migrate", "from-argo", "--source-database", source_db]
-    cmd += ["--source-mongo-uri", service_settings()["AMS_MONGO_URI"], *more]
-    return subprocess.run(
-        cmd, cwd=ROOT, env={**os.environ, **env}, capture_output=True, text=True, timeout=300, check=False
-    )
+    uri = service_settings()["AMS_MONGO_URI"]
+    args = ["migrate", "from-argo", "--source-database", source_db, "--source-mongo-uri", uri, *more]
+    return run_ams(*args, env={**os.environ, **env}, timeout=300)
 
 
 def test_a_migration_onto_the_same_kafka_is_seen_unchanged_by_the_library(
     source: tuple[Any, ArgoSource], make_server: Any, tmp_path: Path
 ) -> None:
     db, argo = source
-    before = _state(db)
+    before = database_state(db)
     dest = unique("ams_migrated").replace("-", "_")
     env = {**service_settings(), "AMS_BACKEND": "kafka", "AMS_MONGO_DATABASE": dest, "AMS_CONSUME_OWNER": "false"}
     try:
@@ -93,7 +86,7 @@ def test_a_migration_onto_the_same_kafka_is_seen_unchanged_by_the_library(
         assert "projects: created 0, already there 1" in again.stdout
         assert "subscriptions: created 0, already there 3" in again.stdout
         assert "counters brought up" not in again.stdout
-        assert _state(db) == before  # the source was never written to
+        assert database_state(db) == before  # the source was never written to
 
         server = make_server(tmp_path / "data", backend="kafka", ams_mongo_database=dest, ams_push_enabled="false")
         _consumers_resume(server, argo)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +24,7 @@ from ams_app.backends.errors import LayoutRefused
 from ams_app.backends.mongo.store import LAYOUT_COLLECTION, LAYOUT_VERSION, MongoMetadataStore, layout_version
 from ams_app.models import Subscription
 from tests.conftest import require_backend
-from tests.helpers import ROOT, scratch_mongo_store, service_settings, unique
+from tests.helpers import database_state, run_ams, scratch_mongo_store, service_settings, unique
 
 
 @pytest.fixture
@@ -145,14 +143,6 @@ def _open(db: Any) -> MongoMetadataStore:
     return MongoMetadataStore(service_settings()["AMS_MONGO_URI"], db.name, 10)
 
 
-def _state(db: Any) -> dict[str, Any]:
-    """Every collection of the database with its documents and its indexes."""
-    return {
-        name: (sorted(map(str, db[name].find())), sorted(db[name].index_information()))
-        for name in db.list_collection_names()
-    }
-
-
 def test_a_new_database_records_the_layout_version_and_opens_again(database: Any) -> None:
     _open(database).close()
     assert layout_version(database) == LAYOUT_VERSION
@@ -176,10 +166,10 @@ def test_a_database_of_a_release_before_versions_is_of_the_first(database: Any) 
 
 def test_a_newer_layout_is_refused_before_anything_is_written(database: Any) -> None:
     database[LAYOUT_COLLECTION].insert_one({"_id": "layout", "version": LAYOUT_VERSION + 1, "release": "9.0.0"})
-    before = _state(database)
+    before = database_state(database)
     with pytest.raises(LayoutRefused, match=f"layout version {LAYOUT_VERSION + 1}, this release of ams knows"):
         _open(database)
-    assert _state(database) == before
+    assert database_state(database) == before
 
 
 def test_the_original_servers_database_is_refused_and_left_as_it_was(database: Any) -> None:
@@ -188,10 +178,10 @@ def test_the_original_servers_database_is_refused_and_left_as_it_was(database: A
     database["projects"].insert_one({"uuid": "u1", "name": "ARGO", "description": ""})
     database["users"].insert_one({"uuid": "u2", "name": "alice", "token": "t" * 64, "projects": []})
     database["daily_topic_msg_count"].insert_one({"project_uuid": "u1", "topic_name": "t", "msg_count": 3})
-    before = _state(database)
+    before = database_state(database)
     with pytest.raises(LayoutRefused, match="original ARGO AMS's layout"):
         _open(database)
-    assert _state(database) == before
+    assert database_state(database) == before
 
 
 def test_ams_stops_with_the_reason_on_a_newer_layout(database: Any, tmp_path: Path) -> None:
@@ -204,15 +194,7 @@ def test_ams_stops_with_the_reason_on_a_newer_layout(database: Any, tmp_path: Pa
         "AMS_CONSUME_OWNER": "false",
         "AMS_PUSH_ENABLED": "false",
     }
-    done = subprocess.run(
-        [sys.executable, "-m", "ams_app", "admin", "bootstrap", "--data-dir", str(tmp_path)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = run_ams("admin", "bootstrap", "--data-dir", str(tmp_path), env=env, timeout=120)
     assert done.returncode == 2, done.stderr
     assert "newer release wrote it" in done.stderr
     assert "Traceback" not in done.stderr

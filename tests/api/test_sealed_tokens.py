@@ -14,7 +14,6 @@ import contextlib
 import os
 import sqlite3
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from ams_app.backends.store import MetadataStore
 from ams_app.models import Membership, User
 from ams_app.tokenseal import Keyring, TokenSealError, key_id_of
 from tests.conftest import require_backend
-from tests.helpers import ROOT, service_settings, unique
+from tests.helpers import run_ams, service_settings, unique
 from tests.inprocess import InProcessServer
 
 OLD = ("old", os.urandom(32))
@@ -291,9 +290,7 @@ def ams(*args: str, keys: Path | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "AMS_TOKEN_KEY_FILE"}
     if keys is not None:
         env["AMS_TOKEN_KEY_FILE"] = str(keys)
-    return subprocess.run(
-        [sys.executable, "-m", "ams_app", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
-    )
+    return run_ams(*args, env=env)
 
 
 def test_with_a_keyring_a_token_works_at_the_front_door_and_show_token_prints_it(

@@ -17,16 +17,14 @@ from typing import Any
 
 import requests
 
-from tests.helpers import ROOT, AmsServer, Api, error_of, free_port, prometheus_samples, sample
+from tests.helpers import ROOT, AmsServer, Api, error_of, free_port, prometheus_samples, run_ams, sample
 
 #: The release being built (pyproject.toml), which the installed package reports.
 RELEASE = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def ams(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "ams_app", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    return run_ams(*args)
 
 
 def test_status_needs_no_token(server: AmsServer) -> None:
