@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,15 +115,48 @@ def _parser() -> argparse.ArgumentParser:
     hosts.add_argument("hosts", nargs="+", metavar="HOST", help="a host name clients use for AMS")
     hosts.add_argument("--service-type", default="ams", help="created when missing (default ams)")
 
+    layout = verbs.add_parser(
+        "layout",
+        help="print the stored layout versions and this release's as JSON; exit 0: this release opens them as "
+        "they are, 3: it would upgrade them, 2: they are newer than it knows (docs/production.md, 'Upgrading')",
+    )
+    common(layout)
+
+    backup = sub.add_parser(
+        "backup", help="write a checksummed archive of the metadata (and embedded messages) into a directory"
+    )
+    common(backup)
+    backup.add_argument("--to", required=True, metavar="DIR", help="the directory the archive is written to")
+    backup.add_argument("--keep", type=int, metavar="N", help="then remove all but the N newest archives there")
+    backup.add_argument("--metrics-file", metavar="PATH", help="record the outcome there, for a textfile collector")
+    restore = sub.add_parser("restore", help="restore an archive of `ams backup` (docs/production.md)")
+    common(restore)
+    restore.add_argument("archive", help="the .tar that `ams backup` wrote")
+    restore.add_argument("--replace", action="store_true", help="replace the projects and users the store holds")
+    restore.add_argument("--verify", action="store_true", help="only check the archive; write nothing")
+
     migrate = sub.add_parser("migrate", help="take over from another service (docs/migration.md)")
     sources = migrate.add_subparsers(dest="source", required=True)
     argo = sources.add_parser(
         "from-argo", help="take over the metadata of the original ARGO AMS from its MongoDB (read only)"
     )
     common(argo)
-    argo.add_argument("--source-mongo-uri", required=True, help="the original's MongoDB, e.g. mongodb://old:27017")
+    source_uri = os.environ.get("ARGO_SOURCE_MONGO_URI") or None
+    argo.add_argument(
+        "--source-mongo-uri",
+        default=source_uri,
+        required=source_uri is None,
+        help="the original's MongoDB, e.g. mongodb://old:27017 (default: ARGO_SOURCE_MONGO_URI, which keeps "
+        "credentials off the command line)",
+    )
     argo.add_argument("--source-database", required=True, help="the original's database name")
     argo.add_argument("--dry-run", action="store_true", help="say what would be done, write nothing")
+    argo.add_argument(
+        "--copy-messages-from",
+        metavar="KAFKA_BOOTSTRAP",
+        help="backend embedded only: copy each topic's messages from the original's Kafka (host:port,...) into the "
+        "embedded log at their Kafka offsets, with the settings' kafka_security_protocol and its options",
+    )
 
     republish = sub.add_parser("republish", help="republish a subscription's messages to topics chosen per message")
     republish.add_argument("config_file", metavar="CONFIG", help="the republisher's YAML file (docs/republisher.md)")
@@ -236,12 +270,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{settings.host}:{settings.port}"
         print(f"settings are valid: backend {settings.backend}, listening on {where}, push {settings.push_worker}")
         return 0
-    from ams_app.backends.errors import LayoutRefused
+    from ams_app.backends.errors import LayoutRefused, StoreBusy
     from ams_app.backends.sqlite.db import SchemaTooNew
 
     try:
         return _command(args, settings)
-    except (SchemaTooNew, LayoutRefused) as exc:  # data of a newer release, or not ours: say so, no traceback
+    except (
+        SchemaTooNew,
+        LayoutRefused,
+        StoreBusy,
+    ) as exc:  # data of a newer release, or not ours: say so, no traceback
         print(f"ams: {exc}", file=sys.stderr)
         return 2
     except TokenSealError as exc:  # token_key_file unusable, or not the keys the store's tokens need
@@ -251,18 +289,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _migrate(args: argparse.Namespace, settings: Settings) -> int:
     """``ams migrate from-argo``: the report on stdout; 0 once done (what could not be mapped is
-    listed, it does not fail the run), 1 when the source cannot be read or is the destination."""
+    listed, it does not fail the run), 1 when the source (MongoDB, or Kafka for the messages) cannot
+    be read or is the destination, 2 for ``--copy-messages-from`` on the Kafka backend."""
     from pymongo import MongoClient
     from pymongo.errors import PyMongoError
 
     from ams_app.backends import token_keyring
     from ams_app.migrate.argo import migrate
+    from ams_app.migrate.messages import CopyError, MessageCopy
 
+    if args.copy_messages_from and settings.backend != "embedded":
+        print(
+            "ams: --copy-messages-from is for the embedded backend: on the Kafka backend the messages stay in "
+            "the Kafka topics, which both servers name alike",
+            file=sys.stderr,
+        )
+        return 2
     same_server = args.source_mongo_uri.rstrip("/") == settings.mongo_uri.rstrip("/")
     if settings.backend == "kafka" and args.source_database == settings.mongo_database and same_server:
         print("ams: the source is the destination database: give ams a database of its own", file=sys.stderr)
         return 1
     client: MongoClient[dict[str, Any]] = MongoClient(args.source_mongo_uri, serverSelectionTimeoutMS=10_000)
+    copier: MessageCopy | None = None
+    log: Any = None
     try:
         source = client[args.source_database]
         try:
@@ -280,7 +329,11 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
 
             store: Any
             store, log = open_embedded(settings, token_keyring(settings))
-            log.close()
+            if args.copy_messages_from:
+                from ams_app.backends.kafka.connect import client_security
+
+                security = client_security(settings)
+                copier = MessageCopy(args.copy_messages_from, security, log, settings.kafka_timeout_seconds)
         else:
             from ams_app.backends.mongo.store import MongoMetadataStore
 
@@ -289,18 +342,104 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
                 settings.mongo_uri, settings.mongo_database, settings.kafka_timeout_seconds, keyring
             )
         try:
-            report = migrate(source, store, dry_run=args.dry_run)
+            if copier is not None:
+                copier.check()  # Kafka answers before anything is written
+            report = migrate(source, store, dry_run=args.dry_run, messages=copier)
+        except CopyError as exc:
+            print(f"ams: {exc}", file=sys.stderr)
+            return 1
         finally:
             store.close()
     finally:
+        if copier is not None:
+            copier.close()
+        if log is not None:
+            log.close()
         client.close()
     print("\n".join(report.lines()))
     return 0
 
 
+def _backup(args: argparse.Namespace, settings: Settings) -> int:
+    """``ams backup``: the archive's path on stdout; 1 (the reason on stderr, the failure in the
+    metrics file) when it could not be written."""
+    import time
+    from datetime import UTC, datetime
+
+    from pymongo.errors import PyMongoError
+
+    from ams_app import backup
+
+    if args.keep is not None and args.keep < 1:
+        print("ams: --keep must be at least 1", file=sys.stderr)
+        return 2
+    metrics = Path(args.metrics_file) if args.metrics_file else None
+    started = time.monotonic()
+    try:
+        path = backup.backup(settings, Path(args.to), now=datetime.now(UTC))
+        if args.keep is not None:
+            for gone in backup.prune(Path(args.to), args.keep):
+                print(f"removed {gone}", file=sys.stderr)
+    except (backup.BackupError, OSError, PyMongoError, sqlite3.Error) as exc:
+        print(f"ams: backup failed: {exc}", file=sys.stderr)
+        if metrics is not None:
+            backup.write_metrics(metrics, success=None, failed_at=time.time())
+        return 1
+    if metrics is not None:
+        backup.write_metrics(
+            metrics, success=(time.time(), path.stat().st_size, time.monotonic() - started), failed_at=None
+        )
+    print(path)
+    return 0
+
+
+def _restore(args: argparse.Namespace, settings: Settings) -> int:
+    """``ams restore``: what was checked and restored on stdout; 1 with the reason when refused."""
+    from pymongo.errors import PyMongoError
+
+    from ams_app import backup
+    from ams_app.backends.errors import BackendError, StoreBusy
+
+    try:
+        if args.verify:
+            print("\n".join(backup.check(Path(args.archive), settings.backend).summary()))
+            return 0
+        done = backup.restore(settings, Path(args.archive), replace=args.replace)
+    except (backup.BackupError, StoreBusy, OSError, PyMongoError, BackendError, sqlite3.Error) as exc:
+        print(f"ams: restore failed: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(done.lines()))
+    return 0
+
+
+def _layout(settings: Settings) -> int:
+    from pymongo.errors import PyMongoError
+
+    from ams_app.backup import known_layouts, stored_layouts
+
+    try:
+        stored = stored_layouts(settings)
+    except (PyMongoError, OSError, sqlite3.Error) as exc:
+        print(f"ams: the stored layout cannot be read: {exc}", file=sys.stderr)
+        return 1
+    known = known_layouts(settings.backend)
+    stores = {name: {"stored": stored[name], "known": known[name]} for name in known}
+    print(json.dumps({"release": __version__, "backend": settings.backend, "stores": stores}, sort_keys=True))
+    present = {name: version for name, version in stored.items() if version is not None}
+    if any(version > known[name] for name, version in present.items()):
+        return 2
+    return 3 if any(version < known[name] for name, version in present.items()) else 0
+
+
 def _command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "migrate":
         return _migrate(args, settings)
+    if args.command == "backup":
+        return _backup(args, settings)
+    if args.command == "restore":
+        return _restore(args, settings)
+    if args.command == "admin" and args.verb == "layout":
+        return _layout(settings)
     if args.command == "serve":
         from ams_app.serve import serve
 

@@ -23,3 +23,9 @@ class LayoutRefused(RuntimeError):
     """The metadata database is not one this release may open: written by a newer release (a
     layout version above this one's), or in the original ARGO AMS's layout. Not a BackendError:
     the process stops with the reason, it does not serve (docs/production.md, "Upgrading")."""
+
+
+class StoreBusy(RuntimeError):
+    """The embedded data directory cannot be opened now: a restore holds it, or left it unfinished,
+    or (for a restore) a running ams has it open. The process stops with the reason
+    (docs/production.md, "Backup and restore")."""

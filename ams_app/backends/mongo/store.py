@@ -246,6 +246,9 @@ LAYOUT_VERSION = 1
 #: The steps from each version to the next: ``_LAYOUT_STEPS[i]`` takes version i + 1 to i + 2.
 _LAYOUT_STEPS: tuple[Callable[[Database[Doc]], None], ...] = ()
 LAYOUT_COLLECTION = "ams_layout"
+#: The ``ams_layout`` document a restore writes first and removes last (ams_app/backup.py): while it
+#: is there, the database is not opened.
+RESTORING_ID = "restoring"
 #: Collections of the original ARGO AMS's database (the Go server's) that this layout has not: a
 #: database that holds them and no ``ams_layout`` is the original's, and is never written to here.
 ORIGINAL_COLLECTIONS = ("daily_topic_msg_count", "user_registrations", "op_metrics", "roles")
@@ -262,6 +265,11 @@ def check_layout(db: Database[Doc]) -> int | None:
     """What opening ``db`` finds: its recorded layout version, or None for one that records none.
     Raises LayoutRefused for a newer layout, or for the original's database."""
     found = layout_version(db)
+    if db[LAYOUT_COLLECTION].find_one({"_id": RESTORING_ID}) is not None:
+        raise LayoutRefused(
+            f"a restore into the metadata database {db.name!r} did not finish: run `ams restore` again "
+            "with --replace (docs/production.md, 'Backup and restore')"
+        )
     if found is not None and found > LAYOUT_VERSION:
         raise LayoutRefused(
             f"the metadata database {db.name!r} is at layout version {found}, this release of ams knows "

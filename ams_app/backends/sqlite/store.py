@@ -7,10 +7,12 @@ import binascii
 import contextlib
 import dataclasses
 import json
+import os
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from ams_app.backends.sqlite.datadir import open_data_dir
 from ams_app.backends.sqlite.db import SqliteDb
 from ams_app.backends.store import (
     BindingWrite,
@@ -266,13 +268,19 @@ def _page(
 
 class SqliteMetadataStore:
     def __init__(self, path: str, keyring: Keyring | None = None) -> None:
-        """Open (and migrate) the database; users' tokens are sealed under ``keyring`` (None: in clear)."""
-        self.db = SqliteDb(path, MIGRATIONS)
+        """Open (and migrate) the database; users' tokens are sealed under ``keyring`` (None: in clear).
+        Holds the data directory's lock while open (StoreBusy: a restore runs there, or did not finish)."""
+        self._lock = open_data_dir(os.path.dirname(os.path.abspath(path)))
+        try:
+            self.db = SqliteDb(path, MIGRATIONS)
+        except BaseException:
+            self._lock.close()
+            raise
         self.tokens = UserTokens(keyring)
         try:
             self._seal_tokens(rotate=False)
         except BaseException:
-            self.db.close()
+            self.close()
             raise
 
     def ping(self) -> None:
@@ -280,6 +288,7 @@ class SqliteMetadataStore:
 
     def close(self) -> None:
         self.db.close()
+        self._lock.close()
 
     # --- ACL helpers (inside a transaction) ---------------------------------------------
     @staticmethod
