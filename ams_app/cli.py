@@ -369,6 +369,7 @@ def _backup(args: argparse.Namespace, settings: Settings) -> int:
     from pymongo.errors import PyMongoError
 
     from ams_app import backup
+    from ams_app.backends.errors import LayoutRefused, StoreBusy
 
     if args.keep is not None and args.keep < 1:
         print("ams: --keep must be at least 1", file=sys.stderr)
@@ -380,7 +381,7 @@ def _backup(args: argparse.Namespace, settings: Settings) -> int:
         if args.keep is not None:
             for gone in backup.prune(Path(args.to), args.keep):
                 print(f"removed {gone}", file=sys.stderr)
-    except (backup.BackupError, OSError, PyMongoError, sqlite3.Error) as exc:
+    except (backup.BackupError, LayoutRefused, StoreBusy, OSError, PyMongoError, sqlite3.Error) as exc:
         print(f"ams: backup failed: {exc}", file=sys.stderr)
         if metrics is not None:
             backup.write_metrics(metrics, success=None, failed_at=time.time())
