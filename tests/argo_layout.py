@@ -225,15 +225,47 @@ def record(offset: int, data: bytes, at: datetime) -> bytes:
 def produce(bootstrap: str, source: ArgoSource, topic: str = "events") -> str:
     """The topic's messages in Kafka as ``{project uuid}.{topic}``, one partition (made here, as the
     test broker does not create topics); its name."""
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"{source.project_uuid}.{topic}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(name, num_partitions=1, replication_factor=1)])[name].result(30)
+    _records(bootstrap, name, range(source.messages))
+    return name
+
+
+def produce_more(bootstrap: str, source: ArgoSource, count: int, topic: str = "events") -> None:
+    """``count`` more messages, as the original publishes while it still serves (``source.messages``
+    grows by them)."""
+    _records(bootstrap, f"{source.project_uuid}.{topic}", range(source.messages, source.messages + count))
+    source.messages += count
+
+
+def _records(bootstrap: str, name: str, offsets: range) -> None:
+    from confluent_kafka import Producer
+
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     at = datetime.now(UTC) - timedelta(hours=1)
-    for offset in range(source.messages):
+    for offset in offsets:
         producer.produce(name, record(offset, f"message {offset}".encode(), at + timedelta(seconds=offset)))
     assert producer.flush(30) == 0
-    return name
+
+
+def records(bootstrap: str, name: str) -> dict[int, dict[str, Any]]:
+    """What the Kafka topic ``name`` holds, read back: each record's JSON by its offset."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "argo-layout", "enable.partition.eof": True})
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(name, 0), timeout=30)
+        consumer.assign([TopicPartition(name, 0, 0)])
+        found: dict[int, dict[str, Any]] = {}
+        while len(found) < high:
+            batch = consumer.consume(500, timeout=30)
+            assert batch, f"{name}: nothing read after {len(found)} of {high}"
+            for item in batch:
+                if item.error() is None:
+                    found[item.offset()] = json.loads(item.value())
+        return found
+    finally:
+        consumer.close()

@@ -6,8 +6,10 @@ What it reads, and only reads (``find``; nothing is ever written to the source):
 configurations with their verification state, offsets, ack deadlines), schemas, registrations, the
 per-topic and per-subscription counters, and the daily message counts behind the metrics and the
 usage reports. Where it writes: the configured metadata store, embedded or MongoDB, through the
-store's own calls, with the uuids kept. The messages stay in Kafka: both servers name a topic's
-Kafka topic ``{project uuid}.{topic}`` on one partition, and ids are the Kafka offsets.
+store's own calls, with the uuids kept. On the Kafka backend the messages stay in Kafka: both
+servers name a topic's Kafka topic ``{project uuid}.{topic}`` on one partition, and ids are the
+Kafka offsets. Into the embedded backend, ``messages`` copies them, each at its Kafka offset
+(ams_app/migrate/messages.py).
 
 Safety:
 
@@ -36,6 +38,7 @@ from typing import Any
 
 from ams_app.auth import VALID_ROLES
 from ams_app.backends.store import MetadataStore
+from ams_app.migrate.messages import MessageCopy, report_lines
 from ams_app.models import (
     Membership,
     Project,
@@ -67,6 +70,7 @@ class Report:
     created: collections.Counter[str] = field(default_factory=collections.Counter)
     found: collections.Counter[str] = field(default_factory=collections.Counter)  # there already
     updated: collections.Counter[str] = field(default_factory=collections.Counter)  # counters brought up
+    messages: list[str] = field(default_factory=list)  # the copy of the messages (embedded backend)
     unmapped: list[str] = field(default_factory=list)
     left_out: list[str] = field(default_factory=list)
 
@@ -78,6 +82,7 @@ class Report:
             + (f", counters brought up {self.updated[kind]}" if self.updated[kind] else "")
             for kind in kinds
         ]
+        out += self.messages
         out += [f"not mapped: {what}" for what in self.unmapped]
         out += [f"left out: {what}" for what in self.left_out]
         return out
@@ -418,9 +423,10 @@ class _Run:
                 )
 
 
-def migrate(source: Any, store: MetadataStore, *, dry_run: bool = False) -> Report:
+def migrate(source: Any, store: MetadataStore, *, dry_run: bool = False, messages: MessageCopy | None = None) -> Report:
     """Take over the original's metadata from ``source`` (a pymongo Database, read only) into
-    ``store``; what was done (or would be) and what could not be."""
+    ``store``, then, with ``messages``, the messages of every topic taken over (or already there)
+    into the embedded log; what was done (or would be) and what could not be."""
     run = _Run(source, store, dry_run)
     present = set(source.list_collection_names())
     counters = UsageBatch()
@@ -435,4 +441,12 @@ def migrate(source: Any, store: MetadataStore, *, dry_run: bool = False) -> Repo
     run.roles_()
     if not dry_run and (counters.topics or counters.subs or counters.daily):
         store.add_usage(counters)
+    if messages is not None:
+        copies = [
+            messages.copy(f"{project_uuid}.{topic}", run.projects[project_uuid].name, topic, dry_run)
+            for project_uuid, topic in sorted(run.topics, key=lambda t: (run.projects[t[0]].name, t[1]))
+        ]
+        lines, unmapped = report_lines(copies, dry_run)
+        run.report.messages += lines
+        run.report.unmapped += unmapped
     return run.report

@@ -2,10 +2,13 @@
 (tests/argo_layout.py) on the tests' MongoDB-wire server, with its messages in Kafka under the
 original's topic names: a dry run, the migration, a second run, then ``ams serve`` on the same
 Kafka and argo-ams-library with the original's tokens. Consumers resume at exactly their next
-message; the counters and the daily history come along; the source is never written to."""
+message; the counters and the daily history come along; the source is never written to. Into the
+embedded backend, the messages are copied from Kafka at their offsets (``--copy-messages-from``),
+and consumers resume there the same way."""
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 from collections.abc import Iterator
@@ -13,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from argo_ams_library import ArgoMessagingService
 from pymongo import MongoClient
 
@@ -177,3 +181,101 @@ def test_a_migration_into_the_embedded_backend_takes_the_metadata(
     metrics = api.ok("GET", f"/projects/{project}/subscriptions/ingest:metrics")["metrics"]
     consumed = {m["metric"]: m["timeseries"][0]["value"] for m in metrics if m["timeseries"]}
     assert consumed["subscription.number_of_messages"] == 37
+
+
+def test_the_messages_copied_into_the_embedded_backend_keep_their_ids(
+    source: tuple[Any, ArgoSource], make_server: Any, tmp_path: Path
+) -> None:
+    """``--copy-messages-from``: each message of the original's Kafka topics lands in the embedded
+    log at its offset, as its record holds it; a run after the original published more copies those
+    alone, one more copies nothing. Then argo-ams-library: bob's consumer, part-way through the
+    backlog (37 acknowledged), gets exactly the rest, each once, with the original's ids, data,
+    attributes and publish times; the next publish gets the id Kafka would have given."""
+    db, argo = source
+    bootstrap = service_settings()["AMS_KAFKA_BOOTSTRAP_SERVERS"]
+    data = tmp_path / "embedded"
+    env = {"AMS_BACKEND": "embedded", "AMS_DATA_DIR": str(data)}
+    copy = ("--data-dir", str(data), "--copy-messages-from", bootstrap)
+    events, logs = f"{argo.project_uuid}.events", f"{argo.project_uuid}.logs"
+
+    dry = migrate(env, db.name, *copy, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "messages: would copy 50, already there 0" in dry.stdout.splitlines()
+    assert "messages of ARGO/events: would copy 50, already there 0 (Kafka offsets 0 to 49)" in dry.stdout
+    assert f"messages of ARGO/logs: no Kafka topic {logs} (never published to)" in dry.stdout
+
+    done = migrate(env, db.name, *copy)
+    assert done.returncode == 0, done.stderr
+    report = done.stdout.splitlines()
+    assert "users: created 4, already there 0" in report
+    assert "messages: copied 50, already there 0" in report
+    assert "messages of ARGO/events: copied 50, already there 0 (Kafka offsets 0 to 49)" in report
+    assert f"messages of ARGO/logs: no Kafka topic {logs} (never published to)" in report
+    assert not [line for line in report if line.startswith("not mapped: messages")], report
+
+    argo_layout.produce_more(bootstrap, argo, 5)  # the original served on (not frozen yet)
+    again = migrate(env, db.name, *copy, "--dry-run")
+    assert "messages of ARGO/events: would copy 5, already there 50 (Kafka offsets 0 to 54)" in again.stdout
+    again = migrate(env, db.name, *copy)
+    assert again.returncode == 0, again.stderr
+    assert "users: created 0, already there 4" in again.stdout
+    assert "messages of ARGO/events: copied 5, already there 50 (Kafka offsets 0 to 54)" in again.stdout
+    last = migrate(env, db.name, *copy)
+    assert "messages: copied 0, already there 55" in last.stdout.splitlines()
+
+    records = argo_layout.records(bootstrap, events)
+    assert sorted(records) == list(range(55))
+    server = make_server(data, backend="embedded", ams_push_enabled="false")
+    bob = ArgoMessagingService(endpoint=server.host, token=argo.tokens["bob"], project=argo.project)
+    got = _drain_whole(bob, "ingest")
+    assert [message_id for message_id, *_ in got] == [str(i) for i in range(37, 55)]  # nothing lost, none twice
+    for message_id, data_, attributes, publish_time in got:
+        record = records[int(message_id)]
+        assert data_ == base64.b64decode(record["data"])
+        assert attributes == record.get("attributes", {})
+        assert publish_time == record["publishTime"]  # nine digits, as the record holds it
+    root = ArgoMessagingService(endpoint=server.host, token=argo.tokens["root"], project=argo.project)
+    assert [message_id for message_id, *_ in _drain_whole(root, "fresh")] == [str(i) for i in range(55)]
+    api = server.api()
+    offsets = api.ok("GET", f"/projects/{argo.project}/subscriptions/ingest:offsets")
+    assert (offsets["min"], offsets["max"], offsets["current"]) == (0, 55, 55)
+    alice = ArgoMessagingService(endpoint=server.host, token=argo.tokens["alice"], project=argo.project)
+    assert alice.publish("events", [_message(b"after the copy")])["messageIds"] == ["55"]
+
+
+def _drain_whole(ams: ArgoMessagingService, sub: str) -> list[tuple[str, bytes, dict[str, str], str]]:
+    """Pull and acknowledge until nothing is left: each message's id, data, attributes, publishTime."""
+    got: list[tuple[str, bytes, dict[str, str], str]] = []
+    while True:
+        pulled = ams.pull_sub(sub, num=7, return_immediately=True)
+        if not pulled:
+            return got
+        got += [(m.get_msgid(), m.get_data(), m.get_attr() or {}, m.get_publishtime()) for _, m in pulled]
+        ams.ack_sub(sub, [pulled[-1][0]])
+
+
+def test_messages_are_copied_only_into_the_embedded_backend() -> None:
+    """On the Kafka backend the messages stay where they are: the option is refused before anything
+    is read."""
+    env = {**service_settings(), "AMS_BACKEND": "kafka", "AMS_MONGO_DATABASE": "ams_never_opened"}
+    done = migrate(env, "argo_never_read", "--copy-messages-from", "127.0.0.1:1")
+    assert done.returncode == 2
+    assert "--copy-messages-from is for the embedded backend" in done.stderr
+    assert done.stdout == ""
+
+
+def test_the_playbook_runs_what_the_ams_role_installs() -> None:
+    """playbooks/migrate_from_argo.yml names the ams command, the settings file and the user by the
+    ams role's variables, with the role's defaults where the inventory sets none."""
+    root = Path(__file__).resolve().parents[2]
+    defaults = yaml.safe_load((root / "roles/ams/defaults/main.yml").read_text())
+    internal = yaml.safe_load((root / "roles/ams/vars/main.yml").read_text())
+    assert internal["_ams_bin"] == "{{ ams_install_root }}/current/bin/ams"
+    assert internal["_ams_settings_file"] == "{{ ams_config_dir }}/ams.yml"
+    (play,) = yaml.safe_load((root / "playbooks/migrate_from_argo.yml").read_text())
+    install_root = f"ams_install_root | default('{defaults['ams_install_root']}')"
+    config_dir = f"ams_config_dir | default('{defaults['ams_config_dir']}')"
+    assert play["vars"]["__argo_migrate_bin"] == "{{ " + install_root + " }}/current/bin/ams"
+    assert play["vars"]["__argo_migrate_settings"] == "{{ " + config_dir + " }}/ams.yml"
+    assert play["become_user"] == "{{ ams_user | default('" + defaults["ams_user"] + "') }}"
+    assert play["hosts"] == "ams[0]"

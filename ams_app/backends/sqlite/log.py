@@ -116,6 +116,41 @@ class SqliteMessageLog:
         self._notifier.notify(key)
         return stored
 
+    def import_messages(self, key: str, messages: list[StoredMessage], end: int) -> int:
+        """Store messages copied from another log at their own offsets and publish times (``ams
+        migrate from-argo --copy-messages-from``), in one transaction; one already held at its
+        offset is left as it is. The topic's next offset becomes at least ``end`` (that log's end:
+        new ids follow its ids), its oldest the lowest offset held. How many were stored."""
+
+        def tx(conn: sqlite3.Connection) -> int:
+            conn.execute(
+                "INSERT OR IGNORE INTO log_topics (key, next_offset, min_offset, last_ns) VALUES (?,0,0,0)", (key,)
+            )
+            stored = 0
+            if messages:
+                stored = conn.executemany(
+                    "INSERT OR IGNORE INTO messages (key, offset, publish_ns, attributes, data, ordering_key)"
+                    " VALUES (?,?,?,?,?,?)",
+                    [(key, m.offset, m.publish_ns, json.dumps(m.attributes), m.data, m.ordering_key) for m in messages],
+                ).rowcount
+            top = max([end, *(m.offset + 1 for m in messages)])
+            last_ns = max((m.publish_ns for m in messages), default=0)
+            conn.execute(
+                "UPDATE log_topics SET next_offset=MAX(next_offset, ?), last_ns=MAX(last_ns, ?) WHERE key=?",
+                (top, last_ns, key),
+            )
+            conn.execute(
+                "UPDATE log_topics SET min_offset = COALESCE("
+                " (SELECT MIN(offset) FROM messages WHERE key=?), next_offset) WHERE key=?",
+                (key, key),
+            )
+            return int(stored)
+
+        stored = self.db.run(tx)
+        if stored:
+            self._notifier.notify(key)
+        return stored
+
     def read(self, key: str, start: int, end: int, max_bytes: int) -> list[StoredMessage]:
         def tx(conn: sqlite3.Connection) -> list[StoredMessage]:
             out: list[StoredMessage] = []
