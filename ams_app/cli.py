@@ -329,11 +329,6 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
 
             store: Any
             store, log = open_embedded(settings, token_keyring(settings))
-            if args.copy_messages_from:
-                from ams_app.backends.kafka.connect import client_security
-
-                security = client_security(settings)
-                copier = MessageCopy(args.copy_messages_from, security, log, settings.kafka_timeout_seconds)
         else:
             from ams_app.backends.mongo.store import MongoMetadataStore
 
@@ -342,10 +337,16 @@ def _migrate(args: argparse.Namespace, settings: Settings) -> int:
                 settings.mongo_uri, settings.mongo_database, settings.kafka_timeout_seconds, keyring
             )
         try:
-            if copier is not None:
+            if args.copy_messages_from:
+                from ams_app.backends.kafka.connect import client_security
+
+                timeout = settings.kafka_timeout_seconds
+                copier = MessageCopy(args.copy_messages_from, client_security(settings), log, timeout)
                 copier.check()  # Kafka answers before anything is written
             report = migrate(source, store, dry_run=args.dry_run, messages=copier)
         except CopyError as exc:
+            if exc.report is not None:  # the metadata was taken over: what was done, then why it stopped
+                print("\n".join(exc.report.lines()))
             print(f"ams: {exc}", file=sys.stderr)
             return 1
         finally:

@@ -38,7 +38,7 @@ from typing import Any
 
 from ams_app.auth import VALID_ROLES
 from ams_app.backends.store import MetadataStore
-from ams_app.migrate.messages import MessageCopy, report_lines
+from ams_app.migrate.messages import CopyError, MessageCopy, report_lines
 from ams_app.models import (
     Membership,
     Project,
@@ -442,10 +442,15 @@ def migrate(source: Any, store: MetadataStore, *, dry_run: bool = False, message
     if not dry_run and (counters.topics or counters.subs or counters.daily):
         store.add_usage(counters)
     if messages is not None:
-        copies = [
-            messages.copy(f"{project_uuid}.{topic}", run.projects[project_uuid].name, topic, dry_run)
-            for project_uuid, topic in sorted(run.topics, key=lambda t: (run.projects[t[0]].name, t[1]))
-        ]
+        copies = []
+        try:
+            for project_uuid, topic in sorted(run.topics, key=lambda t: (run.projects[t[0]].name, t[1])):
+                key = f"{project_uuid}.{topic}"
+                copies.append(messages.copy(key, run.projects[project_uuid].name, topic, dry_run))
+        except CopyError as exc:  # what was done so far, for the report
+            run.report.messages += report_lines(copies, dry_run)[0]
+            exc.report = run.report
+            raise
         lines, unmapped = report_lines(copies, dry_run)
         run.report.messages += lines
         run.report.unmapped += unmapped

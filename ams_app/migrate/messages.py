@@ -18,6 +18,7 @@ it started: what the original publishes meanwhile is for the next run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,7 +41,9 @@ _READER = {
 
 
 class CopyError(RuntimeError):
-    """Kafka cannot be read (the copy can run again)."""
+    """Kafka cannot be read (the copy can run again); ``report``: what the run had done by then."""
+
+    report: Any = None
 
 
 @dataclass
@@ -71,11 +74,14 @@ class MessageCopy:
     def __init__(
         self, bootstrap: str, security: Mapping[str, str], log: SqliteMessageLog, timeout_seconds: float
     ) -> None:
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer, KafkaException
 
         self.log = log
         self.timeout = timeout_seconds
-        self._consumer = Consumer({"bootstrap.servers": bootstrap, **_READER, **security})
+        try:
+            self._consumer = Consumer({"bootstrap.servers": bootstrap, **_READER, **security})
+        except KafkaException as exc:  # options librdkafka refuses (a file it cannot read, say)
+            raise CopyError(f"Kafka: {exc}") from exc
         self._topics: dict[str, int] | None = None
 
     def close(self) -> None:
@@ -127,23 +133,27 @@ class MessageCopy:
 
         self._consumer.assign([TopicPartition(done.kafka_topic, 0, done.start)])
         position = done.start
+        progress = time.monotonic()
         while position < done.high:
-            records = self._consumer.consume(min(BATCH, done.high - position), timeout=self.timeout)
-            if not records:
+            if time.monotonic() - progress > self.timeout:
                 raise CopyError(
                     f"Kafka topic {done.kafka_topic}: nothing read at offset {position} in {self.timeout:g} s "
                     f"(its end was {done.high}); run again to go on"
                 )
+            records = self._consumer.consume(min(BATCH, done.high - position), timeout=self.timeout)
             batch: list[StoredMessage] = []
+            before = position
             for record in records:
                 error = record.error()
                 if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
+                    if error.code() == KafkaError._PARTITION_EOF and record.topic() == done.kafka_topic:
                         position = done.high  # nothing more below the end (what is left are no records)
                         break
-                    if error.retriable():
-                        continue
+                    if record.topic() is None or error.retriable():
+                        continue  # news about the client (a broker away for a moment): librdkafka retries
                     raise KafkaException(error)
+                if record.topic() != done.kafka_topic:
+                    continue  # left over from the topic before
                 offset: int = record.offset() or 0  # a record that is no error has its offset
                 if offset >= done.high:
                     position = done.high
@@ -155,7 +165,9 @@ class MessageCopy:
                     done.first_skipped = offset if done.first_skipped < 0 else done.first_skipped
                 else:
                     batch.append(message)
-            done.copied += self.log.import_messages(done.kafka_topic, batch, min(position, done.high))
+            if position > before:
+                progress = time.monotonic()
+                done.copied += self.log.import_messages(done.kafka_topic, batch, min(position, done.high))
 
 
 def _message(record: Any, offset: int) -> StoredMessage | None:
