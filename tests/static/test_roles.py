@@ -264,6 +264,11 @@ PREFLIGHT_REFUSALS: list[tuple[dict[str, Any], str]] = [
     ),
     ({"ams_grpc_port": 8080}, "ams_grpc_port must be 0 (no gRPC listener) or a TCP port"),
     ({"ams_settings_extra": {"grpc_emulator_user": "admin"}}, "ams_settings_extra sets grpc_emulator_user"),
+    ({"ams_package_index": "https://pypi.example.org/simple"}, "ams_package_index needs ams_version"),
+    ({"ams_package_index": "pypi.example.org", "ams_version": "1.0.0"}, "ams_package_index, when set, must be an"),
+    ({"ams_backup_keep": 0}, "ams_backup_keep must be at least 1"),
+    ({"ams_backup_dir": "/var/backups/my ams"}, "ams_backup_dir must be an absolute path"),
+    ({"ams_backup_metrics_output": "/var/lib/ams/metrics/backup.txt"}, "ams_backup_metrics_output must be an absolute"),
 ]
 
 
@@ -307,6 +312,14 @@ PREFLIGHT_ACCEPTS: dict[str, dict[str, Any]] = {
     "embedded-defaults": {},
     # the production inventory's ports: the API, the Pub/Sub gRPC API, the push worker's page
     "grpc-beside-the-other-ports": {"ams_grpc_port": 8085, "ams_push_worker_metrics_port": 9108},
+    # from a package index: no wheelhouse on the controller
+    "package-index": {
+        "ams_package_index": "https://pypi.example.org/simple",
+        "ams_version": "1.0.0",
+        "ams_wheelhouse_src": "/nonexistent/ams-wheelhouse.tar",
+    },
+    # the backups' figures not copied for node exporter
+    "no-textfile-copy": {"ams_backup_metrics_textfile_directory": "", "ams_backup_keep": 1},
     # backend kafka without ZooKeeper: only with the owners and push delivery turned off
     "kafka-without-zookeeper": {
         "ams_backend": "kafka",

@@ -25,6 +25,13 @@ import yaml
 
 ROOT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
 VARS = yaml.safe_load((ROOT / "inventories" / "test" / "group_vars" / "all.yml").read_text())
+# the ams role's defaults, for what the test inventory leaves to them (the backups)
+ROLE_DEFAULTS = yaml.safe_load((ROOT / "roles" / "ams" / "defaults" / "main.yml").read_text())
+BACKUP_DIR = VARS.get("ams_backup_dir", ROLE_DEFAULTS["ams_backup_dir"])
+BACKUP_METRICS = VARS.get("ams_backup_metrics_output", ROLE_DEFAULTS["ams_backup_metrics_output"])
+BACKUP_TEXTFILE_DIR = VARS.get(
+    "ams_backup_metrics_textfile_directory", ROLE_DEFAULTS["ams_backup_metrics_textfile_directory"]
+)
 TLS = ROOT / ".cache" / "artifacts" / "tls"
 TOKEN = VARS["ams_service_token"]
 API = f"https://127.0.0.1:{VARS['haproxy_frontend_port']}/v1"
@@ -104,6 +111,15 @@ def test_metrics_timer_is_active_and_enabled(host):
     timer = host.service("ams-metrics.timer")
     assert timer.is_enabled
     assert host.run("systemctl is-active ams-metrics.timer").stdout.strip() == "active"
+
+
+def test_backup_timer_is_active_and_enabled(host):
+    """The container is the first (the only) host of the ams group: ams_backup_enabled by default."""
+    timer = host.service("ams-backup.timer")
+    assert timer.is_enabled
+    assert host.run("systemctl is-active ams-backup.timer").stdout.strip() == "active"
+    assert host.file(BACKUP_DIR).mode == 0o700
+    assert (host.file(BACKUP_DIR).user, host.file(BACKUP_DIR).group) == ("ams", "ams")
 
 
 @pytest.mark.parametrize("port", PORTS)
@@ -279,3 +295,44 @@ def test_metrics_timer_writes_the_published_counts(host, api):
     prom = "/var/lib/ams/metrics/ams.prom"
     wait_until(lambda: expected in host.file(prom).content_string, f"{expected} in {prom}")
     assert host.file(prom).user == "ams"
+
+
+# ---------------------------------------------------------------------- the backups -------------
+def backup_figures(text: str) -> dict[str, float]:
+    """The samples of a Prometheus text file, by metric name (labels, if any, left out)."""
+    figures = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(None, 1)
+            figures[name.split("{", 1)[0]] = float(value)
+    return figures
+
+
+def test_a_backup_run_writes_a_checksummed_archive_and_its_figures(host):
+    started = int(host.run("date +%s").stdout)
+    run = host.run("systemctl start ams-backup.service")  # a oneshot: returns when the backup ended
+    if run.rc != 0:
+        print(host.run("journalctl -u ams-backup --no-pager -n 60").stdout)
+    assert run.rc == 0, run.stderr
+    listed = host.run(f"ls -1 {BACKUP_DIR}")
+    assert listed.rc == 0, listed.stderr
+    archives = sorted(n for n in listed.stdout.split() if n.startswith("ams-backup-") and n.endswith(".tar"))
+    assert archives, listed.stdout
+    assert len(archives) <= ROLE_DEFAULTS["ams_backup_keep"]
+    newest = archives[-1]
+    for name in (newest, f"{newest}.sha256"):
+        made = host.file(f"{BACKUP_DIR}/{name}")
+        assert made.is_file, name
+        assert (made.user, made.group, made.mode) == ("ams", "ams", 0o600), name
+    checked = host.run(f"cd {BACKUP_DIR} && sha256sum -c {newest}.sha256")
+    assert checked.rc == 0, checked.stdout + checked.stderr
+    assert newest in checked.stdout
+    assert checked.stdout.rstrip().endswith(": OK"), checked.stdout
+    figures = backup_figures(host.file(BACKUP_METRICS).content_string)
+    assert figures["ams_backup_last_success_timestamp_seconds"] >= started, figures
+    assert figures["ams_backup_last_size_bytes"] > 0, figures
+    # node exporter's textfile collector reads a copy (the image carries prometheus-node-exporter)
+    if host.file(BACKUP_TEXTFILE_DIR).is_directory:
+        copy = host.file(f"{BACKUP_TEXTFILE_DIR}/{Path(BACKUP_METRICS).name}")
+        assert (copy.user, copy.mode) == ("root", 0o644)
+        assert backup_figures(copy.content_string) == figures

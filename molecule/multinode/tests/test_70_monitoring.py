@@ -3,8 +3,9 @@ docs/monitoring.md), node exporter on every host and the JMX exporter in every b
 server (playbooks/monitoring_agents.yml).
 
 Every scrape target the inventory implies is up, the alert rules are loaded and quiet on a healthy
-appliance, and killing an AMS node (its container, as a power loss) fires AmsNodeDown in Prometheus
-and at Alertmanager; it resolves once the node is back. Last: the kill takes a node away for minutes.
+appliance, the backup figures of the first AMS node (alone) come through node exporter, and killing
+an AMS node (its container, as a power loss) fires AmsNodeDown in Prometheus and at Alertmanager; it
+resolves once the node is back. Last: the kill takes a node away for minutes.
 """
 
 from __future__ import annotations
@@ -113,6 +114,27 @@ def test_the_alert_rules_are_loaded_and_quiet_on_a_healthy_appliance():
         "HostDiskFilling",
     } <= rules
     for alert in ("AmsNodeDown", "KafkaBrokerDown", "KafkaNoActiveController", "ZookeeperQuorumLost", "HaproxyDown"):
+        assert not firing(alert), alert
+
+
+def test_the_first_ams_node_alone_backs_up_and_its_figures_reach_prometheus():
+    """ams_backup_enabled is true by default on the first host of the ams group only (roles/ams/README.md):
+    its timer runs, the other nodes' are off, and the figures of its backups (the first one started by
+    the role) come through node exporter's textfile collector, with no backup alert."""
+    first, *others = GROUPS["ams"]
+    assert host(first).run("systemctl is-enabled ams-backup.timer").stdout.strip() == "enabled"
+    for node in others:
+        assert host(node).run("systemctl is-enabled ams-backup.timer").stdout.strip() == "disabled", node
+    query = 'ams_backup_last_success_timestamp_seconds{job="node"}'
+
+    def nodes() -> set[str]:
+        return {r["metric"].get("node") for r in prometheus("query", query=query)["result"]}
+
+    try:
+        wait_until(lambda: nodes() == {first}, f"{query} from {first} alone", timeout=120, every=5)
+    except AssertionError:
+        raise AssertionError((nodes(), host(first).run("journalctl -u ams-backup --no-pager -n 40").stdout)) from None
+    for alert in ("AmsBackupTooOld", "AmsBackupFailing"):
         assert not firing(alert), alert
 
 
