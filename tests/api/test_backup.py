@@ -152,7 +152,11 @@ def test_a_damaged_or_foreign_archive_is_refused_before_anything_is_written(make
 def _mongo_settings(database: str) -> Settings:
     found = service_settings()
     return Settings(
-        backend="kafka", mongo_uri=found["AMS_MONGO_URI"], mongo_database=database, kafka_timeout_seconds=10
+        backend="kafka",
+        mongo_uri=found["AMS_MONGO_URI"],
+        mongo_database=database,
+        kafka_bootstrap_servers=found["AMS_KAFKA_BOOTSTRAP_SERVERS"],
+        kafka_timeout_seconds=10,
     )
 
 
