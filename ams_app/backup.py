@@ -219,9 +219,11 @@ def _mongo_members(settings: Settings, staging: Path) -> tuple[list[Member], dic
         db = client[settings.mongo_database]
         try:
             stored = check_layout(db)
-            names = sorted(n for n in db.list_collection_names() if not n.startswith("system."))
+            present = sorted(db.list_collection_names())
         except PyMongoError as exc:
             raise BackupError(f"the metadata database cannot be read: {exc}") from exc
+        # a collection of a name that is none of ours (system.*, or one an operator added) stays out
+        names = [n for n in present if _MONGO_MEMBER.match(f"mongodb/{n}.jsonl")]
         if "projects" not in names and "users" not in names:
             raise BackupError(f"the metadata database {settings.mongo_database!r} is empty: nothing to back up")
         objects = [n for n in names if n not in VOLATILE]
@@ -523,11 +525,18 @@ def _restore_embedded(settings: Settings, checked: Checked, replace: bool) -> No
                     raise BackupError(f"{checked.path.name} holds {info.name!r}, not an embedded data file")
                 part = Path(data_dir, f".{name}.restoring")
                 fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                h = hashlib.sha256()
                 with os.fdopen(fd, "wb") as out:
                     while chunk := f.read(_CHUNK):
+                        h.update(chunk)
                         out.write(chunk)
                     out.flush()
                     os.fsync(out.fileno())
+                if h.hexdigest() != checked.files[info.name]["sha256"]:  # the archive changed since the check
+                    raise BackupError(f"{checked.path.name}: {info.name} does not match its checksum any more")
+                if os.geteuid() == 0:  # root restores for the service's user, who owns the directory
+                    owner = os.stat(data_dir)
+                    os.chown(part, owner.st_uid, owner.st_gid)
                 staged.append((part, Path(data_dir, name)))
         names = {final.name for _, final in staged}
         for name in EMBEDDED_FILES:  # a file the archive lacks (a log never opened) starts empty

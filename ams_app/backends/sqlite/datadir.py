@@ -19,7 +19,10 @@ class DataDirLock:
     """Held from construction until ``close`` (or the end of the process)."""
 
     def __init__(self, data_dir: str, *, exclusive: bool) -> None:
-        self.fd = os.open(os.path.join(data_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o600)
+        # read-only and readable by all: whoever made it (root running `ams admin`, or the service's
+        # user), every other process can open it to lock it; it holds nothing
+        path = os.path.join(data_dir, LOCK_FILE)
+        self.fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self.fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
         except BlockingIOError:
