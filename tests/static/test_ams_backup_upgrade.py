@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from tests.helpers import ROOT
+from tests.static.test_roles import _run, _tool
 from tests.static.test_tool_configs import render_role_template
 
 DEFAULTS: dict[str, Any] = yaml.safe_load((ROOT / "roles" / "ams" / "defaults" / "main.yml").read_text())
@@ -33,11 +34,11 @@ GROUPS = {"all": ["ams1", "ams2"], "ams": ["ams1", "ams2"]}
 TIMEOUT = 240
 
 
-def _systemd_analyze() -> str:
+def _systemd_analyze(*args: str) -> subprocess.CompletedProcess[str]:
     path = shutil.which("systemd-analyze")
     if path is None:
         pytest.skip("systemd-analyze not found (the systemd package)")
-    return path
+    return subprocess.run([path, *args], capture_output=True, text=True, timeout=TIMEOUT, check=False)
 
 
 def _units(tmp_path: Path, host: str = "ams1", **variables: Any) -> dict[str, str]:
@@ -61,13 +62,7 @@ def test_the_backup_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     units = _units(tmp_path)
     for name, text in units.items():
         (tmp_path / name).write_text(text)
-    done = subprocess.run(
-        [_systemd_analyze(), "verify", "--man=no", *(str(tmp_path / name) for name in units)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    done = _systemd_analyze("verify", "--man=no", *(str(tmp_path / name) for name in units))
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -116,32 +111,8 @@ def test_the_backup_timer_fires_at_the_calendar_and_catches_up(tmp_path: Path) -
 
 def test_the_default_calendar_passes_systemd_analyze_calendar() -> None:
     assert DEFAULTS["ams_backup_calendar"] == "*-*-* 02:30:00"
-    done = subprocess.run(
-        [_systemd_analyze(), "calendar", DEFAULTS["ams_backup_calendar"]],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    done = _systemd_analyze("calendar", DEFAULTS["ams_backup_calendar"])
     assert done.returncode == 0, done.stdout + done.stderr
-
-
-def _ansible(tool: str) -> str:
-    path = Path(sys.executable).parent / tool
-    if not path.exists():
-        pytest.fail(f"{tool} is not installed next to {sys.executable}: make venv (requirements-dev.txt)")
-    return str(path)
-
-
-def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "NO_COLOR": "1",
-    }
-    return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT, check=False)
 
 
 def test_only_the_first_node_of_the_production_inventory_backs_up() -> None:
@@ -151,7 +122,7 @@ def test_only_the_first_node_of_the_production_inventory_backs_up() -> None:
     vault = ["-e", "@inventories/production/group_vars/all/vault.yml.example"]
     enabled = {}
     for host in ("ams1.example.org", "ams2.example.org", "ams3.example.org"):
-        argv = [_ansible("ansible"), "-i", inventory, host, "-c", "local", *vault, "-o", "-m", "ansible.builtin.debug"]
+        argv = [_tool("ansible"), "-i", inventory, host, "-c", "local", *vault, "-o", "-m", "ansible.builtin.debug"]
         done = _run([*argv, "-a", f"msg={{{{ ({expression}) | to_json }}}}"])
         assert done.returncode == 0, done.stdout + done.stderr
         enabled[host] = json.loads(json.loads(done.stdout.split("=>", 1)[1])["msg"])
@@ -216,7 +187,7 @@ def _layout_check(tmp_path: Path, rc: int, answer: bool = True, **variables: Any
     playbook.write_text(yaml.safe_dump([{"name": "Layout only", "hosts": "localhost", "tasks": [task]}]))
     local = ["-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"]
     extra = [arg for name, value in variables.items() for arg in ("-e", f"{name}={value}")]
-    return _run([_ansible("ansible-playbook"), *local, *extra, str(playbook)])
+    return _run([_tool("ansible-playbook"), *local, *extra, str(playbook)])
 
 
 def test_the_same_layout_lets_the_upgrade_go_on(tmp_path: Path) -> None:
