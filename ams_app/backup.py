@@ -46,6 +46,7 @@ from typing import IO, Any
 
 from ams_app import __version__
 from ams_app.backends.sqlite.datadir import RESTORING_MARK, DataDirLock
+from ams_app.backends.sqlite.db import schema_version
 from ams_app.settings import Settings
 
 FORMAT = "ams-backup"
@@ -106,7 +107,7 @@ def stored_layouts(settings: Settings) -> dict[str, int | None]:
                 continue
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
             try:
-                found[name] = int(conn.execute("PRAGMA user_version").fetchone()[0]) or None
+                found[name] = schema_version(conn) or None
             finally:
                 conn.close()
         return found
@@ -156,7 +157,7 @@ def _sqlite_copy(source: str, target: Path) -> int:
     dst = sqlite3.connect(str(target))
     try:
         src.backup(dst, pages=-1)
-        version = int(dst.execute("PRAGMA user_version").fetchone()[0])
+        version = schema_version(dst)
         dst.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, no -wal beside it
     finally:
         dst.close()
@@ -510,10 +511,9 @@ def _restore_embedded(settings: Settings, checked: Checked, replace: bool) -> No
     lock = DataDirLock(data_dir, exclusive=True)
     try:
         target = os.path.join(data_dir, "metadata.db")
-        marked = os.path.exists(os.path.join(data_dir, RESTORING_MARK))
-        if os.path.exists(target) and not replace and not marked and _sqlite_holds_objects(target):
-            raise BackupError(f"{data_dir} holds projects or users already: restore with --replace to replace them")
         mark = Path(data_dir, RESTORING_MARK)
+        if os.path.exists(target) and not replace and not mark.exists() and _sqlite_holds_objects(target):
+            raise BackupError(f"{data_dir} holds projects or users already: restore with --replace to replace them")
         mark.write_text(f"{checked.path.name}\n", encoding="utf-8")
         staged: list[tuple[Path, Path]] = []
         with tarfile.open(checked.path, mode="r:") as tar:
@@ -630,10 +630,12 @@ def reconcile(settings: Settings) -> list[str]:
     moved: list[str] = []
     try:
         for project in store.list_projects():
-            for topic in store.list_topics(project.uuid, None, 0, "").items:
+            topics = store.list_topics(project.uuid, None, 0, "").items
+            for topic in topics:
                 log.create_topic(topic_key(project, topic.name), topic.retention_s)
+            names = {topic.name for topic in topics}
             for sub in store.list_subscriptions(project.uuid, None, 0, "").items:
-                if store.get_topic(project.uuid, sub.topic) is None:
+                if sub.topic not in names:
                     continue  # of a deleted topic: it delivers nothing
                 _, end = log.bounds(topic_key(project, sub.topic))
                 moved += _reconcile_cursor(store, project.uuid, project.name, sub.name, end)

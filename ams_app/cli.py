@@ -275,11 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return _command(args, settings)
-    except (
-        SchemaTooNew,
-        LayoutRefused,
-        StoreBusy,
-    ) as exc:  # data of a newer release, or not ours: say so, no traceback
+    # data of a newer release, not ours, or in a restore's hands: say so, no traceback
+    except (SchemaTooNew, LayoutRefused, StoreBusy) as exc:
         print(f"ams: {exc}", file=sys.stderr)
         return 2
     except TokenSealError as exc:  # token_key_file unusable, or not the keys the store's tokens need

@@ -268,7 +268,7 @@ def check_layout(db: Database[Doc]) -> int | None:
     if db[LAYOUT_COLLECTION].find_one({"_id": RESTORING_ID}) is not None:
         raise LayoutRefused(
             f"a restore into the metadata database {db.name!r} did not finish: run `ams restore` again "
-            "with --replace (docs/production.md, 'Backup and restore')"
+            "(docs/production.md, 'Backup and restore')"
         )
     if found is not None and found > LAYOUT_VERSION:
         raise LayoutRefused(

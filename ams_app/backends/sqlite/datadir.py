@@ -47,7 +47,7 @@ def open_data_dir(data_dir: str) -> DataDirLock:
     if os.path.exists(os.path.join(data_dir, RESTORING_MARK)):
         lock.close()
         raise StoreBusy(
-            f"a restore into {data_dir} did not finish: run `ams restore` again with --replace "
+            f"a restore into {data_dir} did not finish: run `ams restore` again "
             "(docs/production.md, 'Backup and restore')"
         )
     return lock
