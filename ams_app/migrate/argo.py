@@ -51,6 +51,7 @@ from ams_app.models import (
     UsageBatch,
     User,
 )
+from ams_app.service.base import topic_key
 from ams_app.service.schemas import new_revision_id
 
 #: Collections of the source that are not taken over, and why.
@@ -445,8 +446,8 @@ def migrate(source: Any, store: MetadataStore, *, dry_run: bool = False, message
         copies = []
         try:
             for project_uuid, topic in sorted(run.topics, key=lambda t: (run.projects[t[0]].name, t[1])):
-                key = f"{project_uuid}.{topic}"
-                copies.append(messages.copy(key, run.projects[project_uuid].name, topic, dry_run))
+                project = run.projects[project_uuid]
+                copies.append(messages.copy(topic_key(project, topic), project.name, topic, dry_run))
         except CopyError as exc:  # what was done so far, for the report
             run.report.messages += report_lines(copies, dry_run)[0]
             exc.report = run.report
