@@ -360,10 +360,9 @@ def write_metrics(path: Path, *, success: tuple[float, int, float] | None, faile
     lines = []
     for name, help_text in METRICS.items():
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} gauge", f"{name} {figures[name]:.3f}"]
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    staging.chmod(0o644)
-    os.replace(staging, path)
+    from ams_app.telemetry import write_textfile
+
+    write_textfile(path, "\n".join(lines) + "\n")
 
 
 # --- reading an archive ------------------------------------------------------------------------

@@ -213,7 +213,9 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
         elif args.verb == "reseal-tokens":
             print(f"{store.reseal_tokens()} user(s) resealed under the first key of {settings.token_key_file}")
         elif args.verb == "metrics":
-            _write_atomically(Path(args.output), svc.service_figures_text().decode())
+            from ams_app.telemetry import write_textfile
+
+            write_textfile(Path(args.output), svc.service_figures_text().decode())
         elif args.verb == "bind-dn":
             from ams_app.authn.admin import bind_dn
 
@@ -231,14 +233,6 @@ def _admin(args: argparse.Namespace, settings: Settings) -> int:
     finally:
         svc.close()
     return 0
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Readers (a collector scraping the file) see the old text or the new one, never a mix."""
-    staging = path.with_name(f".{path.name}.tmp")
-    staging.write_text(text, encoding="utf-8")
-    staging.chmod(0o644)
-    os.replace(staging, path)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

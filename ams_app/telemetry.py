@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, disable_created_metrics
 from prometheus_client.core import GaugeMetricFamily, InfoMetricFamily
@@ -173,3 +174,12 @@ class GaugeCallback(Collector):
         for values, value in self.samples():
             family.add_metric(values, value)
         yield family
+
+
+def write_textfile(path: Path, text: str) -> None:
+    """Replace a Prometheus textfile (``ams admin metrics``, ``ams backup --metrics-file``) so that
+    readers (node exporter's textfile collector) see the old text or the new one, never a mix."""
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(text, encoding="utf-8")
+    staging.chmod(0o644)
+    os.replace(staging, path)
