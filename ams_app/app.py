@@ -17,6 +17,7 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
 
     from ams_app.api import routes
     from ams_app.api.pipeline import NameConverter
+    from ams_app.authn.manage import mount_on_ams
     from ams_app.backends import open_backends
     from ams_app.errors_http import register_error_handlers
     from ams_app.service.core import AmsService
@@ -31,6 +32,7 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
     app.extensions["ams"] = service
     app.register_blueprint(routes.bp)
     app.register_blueprint(routes.prometheus_bp)
+    mount_on_ams(app, service)  # AuthN's management routes under /authn/v1 (ams_app/authn/manage.py)
     register_error_handlers(app)
     _measure_requests(app, service)
     return app

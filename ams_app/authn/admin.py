@@ -9,7 +9,7 @@ from typing import Any
 from cryptography import x509
 
 from ams_app.authn import requests
-from ams_app.authn.app import binding_view
+from ams_app.authn.manage import binding_view
 from ams_app.authn.service import AuthnService
 from ams_app.authn.x509 import subject_dn
 from ams_app.backends.store import MetadataStore

@@ -1,5 +1,5 @@
 """AuthN's typed requests: the JSON bodies of the service type and binding routes, parsed at the
-HTTP edge (ams_app/authn/app.py, ams_app/authn/admin.py) into values AuthnService takes
+HTTP edge (ams_app/authn/manage.py, ams_app/authn/admin.py) into values AuthnService takes
 (docs/authn.md). A parser checks shape only (types, required fields, names and hosts that are
 well formed, no control characters) and looks nothing up; what a body names is looked up by the
 service."""

@@ -15,7 +15,8 @@ from gevent.pool import Pool  # noqa: E402
 from OpenSSL import SSL  # noqa: E402
 
 import ams_app.serve as ams_serve  # noqa: E402
-from ams_app.authn.app import MAX_BODY, create_authn_app  # noqa: E402
+from ams_app.authn.app import create_authn_app  # noqa: E402
+from ams_app.authn.manage import MAX_BODY  # noqa: E402
 from ams_app.authn.service import AuthnService  # noqa: E402
 from ams_app.authn.tls import AuthnHandler, PeerCertContext  # noqa: E402
 from ams_app.authn.x509 import TrustStore  # noqa: E402
