@@ -9,7 +9,8 @@ import {
   type Subscription,
 } from "../api";
 import { href, useAction, useInterval, useLoad, useSession } from "../app";
-import { ActionState, Busy, Confirmed, Empty, ErrorNote, Field, Loading, TimeChart } from "../components";
+import { TimeChart } from "../chart";
+import { ActionState, Busy, Confirmed, Empty, ErrorNote, Field, Loading } from "../components";
 import {
   backlog,
   capabilities,

@@ -2,7 +2,8 @@ import { useState } from "preact/hooks";
 import { useRoute } from "preact-iso";
 import { topicPath, type Metric, type Schema, type Topic } from "../api";
 import { href, useAction, useInterval, useLoad, useSession } from "../app";
-import { ActionState, Confirmed, Empty, ErrorNote, Field, Loading, TimeChart } from "../components";
+import { TimeChart } from "../chart";
+import { ActionState, Confirmed, Empty, ErrorNote, Field, Loading } from "../components";
 import { capabilities, encodeText, metricValue, parseAttributes, Samples, shortName } from "../logic";
 import { AclEditor, Crumbs } from "./shared";
 
