@@ -17,6 +17,7 @@ import {
   Samples,
   shortName,
   unreachableFrom,
+  withoutDeadLetterAttributes,
   workerNode,
 } from "./logic";
 
@@ -223,5 +224,20 @@ describe("cluster", () => {
       "the metadata store",
     ]);
     expect(unreachableFrom(undefined, { code: 503, message: "odd" })).toEqual(["the backend"]);
+  });
+});
+
+describe("dead letters", () => {
+  it("drops every attribute the service added when it dead-lettered", () => {
+    expect(
+      withoutDeadLetterAttributes({
+        kind: "order",
+        CloudPubSubDeadLetterSourceSubscription: "s",
+        CloudPubSubDeadLetterSourceSubscriptionProject: "p",
+        CloudPubSubDeadLetterSourceDeliveryCount: "5",
+        CloudPubSubDeadLetterSourceTopicPublishTime: "2026-11-28T10:00:00Z",
+      }),
+    ).toEqual({ kind: "order" });
+    expect(withoutDeadLetterAttributes(undefined)).toEqual({});
   });
 });

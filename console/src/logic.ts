@@ -260,3 +260,9 @@ export function unreachableFrom(status: { unavailable?: string[] } | undefined, 
   }
   return status?.unavailable ?? [];
 }
+
+/** A dead letter's own attributes: without the CloudPubSubDeadLetter* ones the service added when
+ * it moved the message (its source subscription, project, delivery count, publish time). */
+export function withoutDeadLetterAttributes(attributes: Record<string, string> | undefined): Record<string, string> {
+  return Object.fromEntries(Object.entries(attributes ?? {}).filter(([k]) => !k.startsWith("CloudPubSubDeadLetter")));
+}

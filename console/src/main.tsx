@@ -7,6 +7,7 @@ import { Api, ApiError, type User } from "./api";
 import { BASE, href, SessionContext, type Session } from "./app";
 import { Busy, ErrorNote } from "./components";
 import { isOperator, SERVICE_ADMIN } from "./logic";
+import { AuthnPage } from "./pages/authn";
 import { ClusterPage } from "./pages/cluster";
 import { MembersPage } from "./pages/members";
 import { ProfilePage } from "./pages/profile";
@@ -94,6 +95,9 @@ function Nav({ user, signOut }: { user: User; signOut: () => void }) {
             <li>
               <a href={href("/registrations")}>Registrations</a>
             </li>
+            <li>
+              <a href={href("/authn")}>AuthN</a>
+            </li>
           </>
         ) : null}
         <li>
@@ -144,6 +148,7 @@ function Pages() {
       <Route path={`${BASE}/users`} component={UsersPage} />
       <Route path={`${BASE}/users/:user`} component={UserPage} />
       <Route path={`${BASE}/registrations`} component={RegistrationsPage} />
+      <Route path={`${BASE}/authn`} component={AuthnPage} />
       <Route path={`${BASE}/profile`} component={ProfilePage} />
       <Route default component={NotFound} />
     </Router>

@@ -3,6 +3,7 @@ dies is shown down (docs/console.md)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from playwright.sync_api import expect
@@ -108,3 +109,32 @@ def test_cluster_view(open_console: Any, console_server: AmsServer, admin_api: A
     expect(node).to_have_attribute("data-state", "up")
     expect(page.get_by_test_id("backends-ok")).to_be_visible()
     tab.shot("cluster")
+
+
+def test_authn_bindings(open_console: Any, console_server: AmsServer, admin_api: Api) -> None:
+    """A certificate's DN bound to a user from the browser is what AuthN's own API then holds."""
+    user = admin_api.new_user(unique("erin"), email="erin@example.org")
+    service_type, binding = unique("st"), unique("bind")
+    dn = f"CN={user['name']},O=Example,C=GR"
+    tab = open_console("authn")
+    tab.sign_in(new_service_admin(admin_api))
+    page = tab.page
+    page.get_by_role("link", name="AuthN").click()
+    page.get_by_label("Service type name").fill(service_type)
+    page.get_by_label("Hosts").fill("msg.example.org")
+    page.get_by_role("button", name="Create service type").click()
+    expect(page.get_by_test_id("done").filter(has_text=f"Service type {service_type} created")).to_be_visible()
+    page.get_by_label("Binding name").fill(binding)
+    page.get_by_label("AMS user").fill(user["name"])
+    page.get_by_role("combobox", name=re.compile(r"^Service type")).select_option(service_type)
+    page.get_by_label("Certificate DN").fill(dn)
+    page.get_by_role("button", name="Create binding").click()
+    expect(page.get_by_test_id("done").filter(has_text=f"Binding {binding} created")).to_be_visible()
+    tab.shot("authn")
+
+    authn = Api(console_server.url.rsplit("/v1", 1)[0] + "/authn/v1", admin_api.token)
+    try:
+        held = authn.ok("GET", f"/bindings/{binding}")
+    finally:
+        authn.close()
+    assert (held["auth_identifier"], held["unique_key"], held["host"]) == (dn, user["uuid"], "msg.example.org")

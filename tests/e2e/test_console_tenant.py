@@ -4,6 +4,7 @@ tenant's project (docs/console.md)."""
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from datetime import UTC, datetime, timedelta
@@ -197,3 +198,47 @@ def test_readable_on_a_phone(open_console: Any, tenant: dict[str, Any]) -> None:
         overflow = page.evaluate("() => document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{name}: the page is {overflow}px wider than a phone's screen"
         tab.shot(name)
+
+
+def test_dead_letters_redriven(open_console: Any, tenant: dict[str, Any], admin_api: Api) -> None:
+    """A message that failed its attempts is shown on the dead-letter topic and published back to
+    the subscription's topic, without the dead-letter attributes."""
+    p = tenant["p"]
+    admin_api.ok("PUT", f"/projects/{p}/topics/work")
+    admin_api.ok("PUT", f"/projects/{p}/topics/dead")
+    admin_api.ok("PUT", f"/projects/{p}/subscriptions/dead-reader", {"topic": f"projects/{p}/topics/dead"})
+    admin_api.ok(
+        "PUT",
+        f"/projects/{p}/subscriptions/worker",
+        {
+            "topic": f"projects/{p}/topics/work",
+            "deadLetterPolicy": {"deadLetterTopic": f"projects/{p}/topics/dead", "maxDeliveryAttempts": 5},
+            "retryPolicy": {"minimumBackoff": "0s", "maximumBackoff": "1s"},
+        },
+    )
+    admin_api.publish(p, "work", "poison", attributes={"kind": "order"})
+    nack = f"/projects/{p}/subscriptions/worker:modifyAckDeadline"
+    deadline = time.monotonic() + 30
+    while not admin_api.ok("GET", f"/projects/{p}/subscriptions/dead-reader:offsets")["max"]:
+        assert time.monotonic() < deadline, "the message was never dead-lettered"
+        got = admin_api.pull(p, "worker", 10)
+        if got:
+            admin_api.ok("POST", nack, {"ackIds": [m["ackId"] for m in got], "ackDeadlineSeconds": 0})
+
+    tab = open_console("dead-letters")
+    tab.sign_in(tenant["alice"]["token"])
+    page = tab.page
+    tab.goto(f"/projects/{p}/subscriptions/worker")
+    page.get_by_label("Read the dead letters through").select_option("dead-reader")
+    page.get_by_role("button", name="Show dead letters").click()
+    expect(page.get_by_test_id("done").filter(has_text="1 dead-lettered message(s)")).to_be_visible()
+    expect(page.get_by_test_id("messages")).to_contain_text("poison")
+    tab.shot("dead-letters")
+    page.get_by_role("button", name="Redrive to the topic").click()
+    expect(page.get_by_test_id("done").filter(has_text="Redrove 1 message(s) to work")).to_be_visible()
+
+    back = admin_api.pull(p, "worker", 10)
+    assert [(base64.b64decode(m["message"]["data"]), m["message"]["attributes"]) for m in back] == [
+        (b"poison", {"kind": "order"})
+    ]
+    assert admin_api.pull(p, "dead-reader", 10) == [], "the redriven dead letter was not acknowledged"

@@ -21,6 +21,7 @@ import {
   metricValue,
   projectOf,
   Samples,
+  withoutDeadLetterAttributes,
   shortName,
 } from "../logic";
 import { AclEditor, Crumbs } from "./shared";
@@ -497,11 +498,6 @@ function Replay({ path, reload }: { path: string; reload: () => void }) {
   );
 }
 
-const DEAD_LETTER_ATTRIBUTES = [
-  "CloudPubSubDeadLetterSourceSubscription",
-  "CloudPubSubDeadLetterSourceSubscriptionProject",
-  "CloudPubSubDeadLetterSourceDeliveryCount",
-];
 
 /** The dead-letter topic's messages, read through a subscription of it, and published back to
  * this subscription's topic ("redrive"), each acknowledged on the dead-letter side once
@@ -576,8 +572,7 @@ function Redrive({ sub }: { sub: Subscription }) {
                       });
                     if (!got.length) return "No dead letters of this subscription to redrive";
                     const messages = got.map((g) => {
-                      const attributes = { ...(g.message.attributes ?? {}) };
-                      for (const a of DEAD_LETTER_ATTRIBUTES) delete attributes[a];
+                      const attributes = withoutDeadLetterAttributes(g.message.attributes);
                       const m: Record<string, unknown> = { data: g.message.data };
                       if (Object.keys(attributes).length) m.attributes = attributes;
                       if (g.message.orderingKey) m.orderingKey = g.message.orderingKey;
