@@ -43,7 +43,7 @@ export function MembersPage() {
   const rolesIn = (u: User) => u.projects?.find((m) => m.project === project)?.roles ?? [];
   return (
     <section>
-      <Crumbs project={project} items={["Members"]} />
+      <Crumbs project={project} items={[["Members"]]} />
       <h1>Members of {project}</h1>
       <Loading loaded={members} label="members">
         {(users) =>

@@ -36,7 +36,7 @@ export function SchemasPage() {
   const create = useAction();
   return (
     <section>
-      <Crumbs project={project} items={["Schemas"]} />
+      <Crumbs project={project} items={[["Schemas"]]} />
       <h1>Schemas</h1>
       <Loading loaded={list} label="schemas">
         {(schemas) =>
@@ -106,7 +106,7 @@ export function SchemaPage() {
   const remove = useAction();
   return (
     <section>
-      <Crumbs project={project} items={["Schemas", schema]} />
+      <Crumbs project={project} items={[["Schemas", "/schemas"], [schema]]} />
       <h1>Schema {schema}</h1>
       <Loading loaded={info} label="the schema">
         {(s) => (

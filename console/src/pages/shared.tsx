@@ -52,7 +52,10 @@ export function AclEditor({ path, what }: { path: string; what: string }) {
   );
 }
 
-export function Crumbs({ project, items }: { project: string; items: string[] }) {
+/** Where a page is: Projects > project > [section >] page. Every step but the last is a link
+ * (``items``: a label and the path under the project it links to). */
+export function Crumbs({ project, items }: { project: string; items: [string, string?][] }) {
+  const base = `/projects/${encodeURIComponent(project)}`;
   return (
     <nav aria-label="breadcrumb">
       <ul>
@@ -60,10 +63,12 @@ export function Crumbs({ project, items }: { project: string; items: string[] })
           <a href={href("/projects")}>Projects</a>
         </li>
         <li>
-          <a href={href(`/projects/${encodeURIComponent(project)}`)}>{project}</a>
+          <a href={href(base)}>{project}</a>
         </li>
-        {items.map((i) => (
-          <li key={i}>{i}</li>
+        {items.map(([label, path], i) => (
+          <li key={label}>
+            {i < items.length - 1 ? <a href={href(`${base}${path ?? ""}`)}>{label}</a> : label}
+          </li>
         ))}
       </ul>
     </nav>

@@ -37,7 +37,7 @@ export function SubscriptionPage() {
   const sub = info.data;
   return (
     <section>
-      <Crumbs project={project} items={["Subscriptions", subscription]} />
+      <Crumbs project={project} items={[["Subscriptions"], [subscription]]} />
       <h1>Subscription {subscription}</h1>
       <Loading loaded={info} label="the subscription">
         {(s) => <Details project={project} sub={s} />}

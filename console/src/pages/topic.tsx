@@ -24,7 +24,7 @@ export function TopicPage() {
   const remove = useAction();
   return (
     <section>
-      <Crumbs project={project} items={["Topics", topic]} />
+      <Crumbs project={project} items={[["Topics"], [topic]]} />
       <h1>Topic {topic}</h1>
       <Loading loaded={info} label="the topic">
         {(t) => (
