@@ -12,9 +12,11 @@ if TYPE_CHECKING:
 
 
 def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
-    """Build the WSGI app: config, then the service (backends), blueprints, error handlers."""
+    """Build the WSGI app: config, then the service (backends), blueprints (the API, the web
+    console at /console), error handlers."""
     from flask import Flask
 
+    from ams_app import console
     from ams_app.api import routes
     from ams_app.api.pipeline import NameConverter
     from ams_app.authn.manage import mount_on_ams
@@ -22,7 +24,7 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
     from ams_app.errors_http import register_error_handlers
     from ams_app.service.core import AmsService
 
-    app = Flask(__name__, static_folder=None)  # no static files: no /static route
+    app = Flask(__name__, static_folder=None)  # no /static route: the console serves its own files
     app.config["MAX_CONTENT_LENGTH"] = settings.max_request_bytes
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.url_map.converters["name"] = NameConverter
@@ -33,6 +35,7 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
     app.register_blueprint(routes.bp)
     app.register_blueprint(routes.prometheus_bp)
     mount_on_ams(app, service)  # AuthN's management routes under /authn/v1 (ams_app/authn/manage.py)
+    console.register(app)  # public static files, outside the API's pipeline (docs/console.md)
     register_error_handlers(app)
     _measure_requests(app, service)
     return app
