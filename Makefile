@@ -8,33 +8,67 @@ PORT   ?= 8080
 GRPC_PORT ?= 8085
 PYTEST_ARGS ?=
 
-.PHONY: venv run test dist test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down cluster-status authn-demo authn-demo-down
+.PHONY: venv console console-test browser run test dist test-fast lint fmt bench clean services-install services-up services-down services-status cluster-up cluster-down cluster-status authn-demo authn-demo-down
 
 venv: $(VENV)/.installed
 
+# the console is built with the venv, so that a fresh checkout's `make run` serves it (`run` and
+# `test` build it again when its sources changed; the other targets leave it as it is)
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements-dev.txt
 	$(BIN)/pip install --quiet --no-deps -e .
+	$(MAKE) --no-print-directory console
 	touch $@
+
+# --- the web console (console/, docs/console.md) ----------------------------------------------
+NPM ?= npm
+CONSOLE_DIST := ams_app/console_dist
+#: npm ci's stamp: inside node_modules, so that a removed node_modules installs again
+CONSOLE_MODULES := console/node_modules/.ams-installed
+CONSOLE_SOURCES = $(shell find console/src console/public -type f 2>/dev/null) console/index.html \
+	console/vite.config.ts console/tsconfig.json console/package.json console/package-lock.json
+
+## The web console, built with npm (TypeScript, Vite) into $(CONSOLE_DIST), which the package ships
+## and `ams serve` serves at /console/; Node.js is needed for this build only (skipped while up to date)
+console: $(CONSOLE_DIST)/index.html
+
+$(CONSOLE_MODULES): console/package-lock.json console/package.json
+	@command -v $(NPM) >/dev/null || { echo "make console: $(NPM) not found: install Node.js (20.19 or newer) and npm" >&2; exit 1; }
+	cd console && $(NPM) ci --no-audit --no-fund || { echo "make console: npm ci refused console/package-lock.json:" \
+		"it must match console/package.json (run npm install in console/ and commit the lock)" >&2; exit 1; }
+	touch $@
+
+$(CONSOLE_DIST)/index.html: $(CONSOLE_MODULES) $(CONSOLE_SOURCES)
+	cd console && $(NPM) run build
+	@test -f $@ || { echo "make console: npm run build wrote no $@ (console/vite.config.ts build.outDir)" >&2; exit 1; }
+
+## The console's unit tests (vitest, in console/)
+console-test: $(CONSOLE_MODULES)
+	cd console && $(NPM) test
+
+## Debian's chromium for the console's end-to-end tests (tools/browser.py; needs root the first time)
+browser: venv
+	$(BIN)/python -m tools.browser install
 
 ## Run the service on the embedded backend at http://$(HOST):$(PORT), and Google's Pub/Sub gRPC API
 ## at $(HOST):$(GRPC_PORT) in emulator mode: calls without credentials act as admin (docs/pubsub.md)
-run: venv
+run: venv console
 	$(BIN)/ams admin bootstrap --data-dir $(DATA) --host $(HOST) --port $(PORT)
 	$(BIN)/ams serve --data-dir $(DATA) --host $(HOST) --port $(PORT) --grpc-port $(GRPC_PORT) --grpc-emulator-user admin
 
-## Run the whole test suite on both backends: starts Kafka, ZooKeeper and FerretDB first
-## (installing them on first use), then real servers over sockets, the official client over HTTPS
-test: venv services-up
+## Run the whole test suite on both backends: the console's unit tests, then Kafka, ZooKeeper and
+## FerretDB (installed on first use) and chromium, then real servers over sockets, the official
+## client over HTTPS, the console in a browser
+test: venv console-test console browser services-up
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 ## The quick loop, in seconds and without servers: the service's rules in-process (the unit tests
 ## of ams_app and the API tests marked inprocess, through Flask's test client, tests/inprocess.py)
 FAST_TESTS = tests/unit/ams_app tests/unit/test_push_units.py tests/unit/test_republish_routing.py tests/unit/test_inprocess_harness.py \
 	$(shell grep -l '^pytestmark = pytest.mark.inprocess' tests/api/test_*.py)
-test-fast: venv
+test-fast: venv console-test
 	AMS_TEST_BACKENDS=embedded $(BIN)/pytest $(FAST_TESTS) $(PYTEST_ARGS)
 
 lint: venv
@@ -103,7 +137,7 @@ spark-status: venv
 	$(BIN)/python -m tools.spark_cluster status
 
 clean:
-	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(DATA) .pytest_cache .mypy_cache .ruff_cache *.egg-info console/node_modules $(CONSOLE_DIST)
 
 # --- Ansible (docs/ansible.md) --------------------------------------------------------------
 .PHONY: image image-check artifacts molecule molecule-all lint-ansible test-static deploy
@@ -122,8 +156,8 @@ image: venv
 image-check: image
 	$(BIN)/python -m tools.image check
 
-## The release: the ams-app wheel and sdist at pyproject.toml's version, and SHA256SUMS, under dist/
-## (tools/dist.py; docs/production.md, "Releases")
+## The release: the ams-app wheel (with the console, built first) and sdist at pyproject.toml's
+## version, and SHA256SUMS, under dist/ (tools/dist.py; docs/production.md, "Releases")
 dist: venv
 	$(BIN)/python -m tools.dist --out dist
 

@@ -15,7 +15,8 @@ target         what                                                        role 
                Prometheus JMX exporter javaagent from Maven Central, for   ``jar_src``
                Kafka's and ZooKeeper's JVMs
 ``wheels``     ``ams-wheelhouse.tar``: the ``ams-app`` wheel of this           ``ams_wheelhouse_src``
-               checkout and a wheel of every runtime dependency
+               checkout, the web console built into it first (``make
+               console``: npm), and a wheel of every runtime dependency
                (requirements.txt), gathered in ``wheels/``
 ``upgrade``    ``ams-wheelhouse-upgrade.tar``: the same wheelhouse with the    ``ams_wheelhouse_src`` and
                project's wheel at ``VERSION+upgrade`` (version B of the        ``ams_version`` of the
@@ -58,7 +59,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from tools import cluster, pki, services, spark_cluster, toolkit
+from tools import cluster, console_build, pki, services, spark_cluster, toolkit
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / ".cache" / "artifacts"
@@ -187,6 +188,8 @@ def _pip(*args: str) -> None:
 
 
 def build_wheels() -> Path:
+    # the wheel ships the built console (ams_app/console_dist): built first, or no wheel
+    console_build.build(ArtifactError)
     WHEELS_DIR.mkdir(parents=True, exist_ok=True)
     for stale in WHEELS_DIR.glob("ams_app-*.whl"):
         stale.unlink()

@@ -5,7 +5,8 @@ over them, in the format ``sha256sum -c`` checks (docs/production.md, "Releases"
     .venv/bin/python -m tools.dist [--out dist]
 
 Built with setuptools' own build backend from the virtualenv (no isolated build environment, so no
-network); an earlier build of the same version in the directory is replaced."""
+network), after the web console's build (``make console``, npm: the wheel ships it); an earlier build
+of the same version in the directory is replaced."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ import sys
 import tomllib
 from pathlib import Path
 
+from tools import console_build
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+class DistError(RuntimeError):
+    """The release could not be built; the message says why."""
 
 
 def release() -> str:
@@ -29,6 +36,7 @@ def build(out: Path) -> list[Path]:
     from setuptools import build_meta  # type: ignore[import-untyped]
 
     out = out.resolve()
+    console_build.build(DistError)  # the wheel ships the built console
     out.mkdir(parents=True, exist_ok=True)
     version = release()
     for old in [*out.glob(f"ams_app-{version}*"), out / "SHA256SUMS"]:
@@ -48,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tools.dist", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "dist"), help="where to put them (default dist/)")
     args = parser.parse_args(argv)
-    for path in build(Path(args.out)):
+    try:
+        made = build(Path(args.out))
+    except DistError as exc:
+        print(f"dist: {exc}", file=sys.stderr)
+        return 1
+    for path in made:
         print(path)
     print(Path(args.out).resolve() / "SHA256SUMS")
     return 0

@@ -1,5 +1,5 @@
-"""``make dist`` (tools/dist.py): the release's wheel and sdist, built from this tree, and a
-SHA256SUMS that ``sha256sum -c`` accepts."""
+"""``make dist`` (tools/dist.py): the release's wheel (with the built web console) and sdist, built
+from this tree, and a SHA256SUMS that ``sha256sum -c`` accepts."""
 
 from __future__ import annotations
 
@@ -32,6 +32,12 @@ def test_the_release_is_built_with_its_checksums(tmp_path: Path) -> None:
         names = set(built.namelist())
         metadata = built.read(f"ams_app-{version}.dist-info/METADATA").decode()
     assert {"ams_app/cli.py", "ams_app/openapi.yaml", "ams_app/migrate/argo.py", "spark/__init__.py"} <= names
+    # the built console (make console, which tools.dist runs first), exactly: no earlier build's assets
+    built = ROOT / "ams_app" / "console_dist"
+    assert "ams_app/console_dist/index.html" in names
+    shipped = {name for name in names if name.startswith("ams_app/console_dist/assets/")}
+    assert shipped == {f"ams_app/console_dist/assets/{p.name}" for p in (built / "assets").iterdir()}
+    assert any(name.endswith(".js") for name in shipped)
     assert f"\nVersion: {version}\n" in metadata
     with tarfile.open(sdist) as source:
         assert f"ams_app-{version}/pyproject.toml" in source.getnames()
