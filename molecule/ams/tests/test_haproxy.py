@@ -174,6 +174,17 @@ def test_ams_round_trip_through_haproxy():
     assert [m["message"]["data"] for m in pulled.json()["receivedMessages"]] == ["aGVsbG8="]
 
 
+def test_console_through_haproxy():
+    # the web console (docs/console.md) reaches the AMS nodes as /v1 does, its headers unchanged;
+    # the wheel the role installs carries the built files (tools/artifacts.py)
+    response = requests.get(f"{FRONTEND}/console/", verify=str(CA_FILE), timeout=10)
+    assert response.status_code == 200, response.text[:500]
+    assert response.headers["Content-Security-Policy"].startswith("default-src 'none'; script-src 'self';")
+    assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert 'src="/console/assets/' in response.text  # the built page, not a 404 of an unbuilt one
+
+
 def test_ams_errors_pass_through_unchanged():
     # a wrong token is refused by AMS itself, behind haproxy: its JSON error envelope reaches the client
     response = requests.get(f"{FRONTEND}/v1/projects", headers={"x-api-key": "wrong"}, verify=str(CA_FILE), timeout=10)
