@@ -7,8 +7,6 @@ console's real Content-Security-Policy: a script or style it refuses fails the t
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +14,7 @@ import pytest
 
 from tests.conftest import IN_CI, require_backend
 from tests.helpers import ROOT, AmsServer, Api, backend_env, unique
+from tools import browser as browser_tool
 
 #: Where the screenshots go: a folder of this suite's own, kept by CI as an artifact.
 SHOTS = ROOT / "test-artifacts" / "console"
@@ -32,14 +31,12 @@ def _missing(what: str) -> None:
     pytest.skip(what)
 
 
-def chromium_path() -> str:
-    return shutil.which("chromium") or "/usr/bin/chromium"
-
-
 @pytest.fixture(scope="session")
 def browser() -> Iterator[Any]:
-    if not os.path.exists(chromium_path()):
-        _missing("Debian's chromium is not installed: make browser")
+    try:
+        options = browser_tool.launch_options()
+    except browser_tool.BrowserError as missing:
+        _missing(str(missing))
     if not CONSOLE_INDEX.exists():
         _missing("the console is not built: make console")
     if not AXE.exists():
@@ -47,8 +44,7 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        # --no-sandbox: chromium's sandbox cannot start as root, which CI runs as
-        launched = playwright.chromium.launch(executable_path=chromium_path(), headless=True, args=["--no-sandbox"])
+        launched = playwright.chromium.launch(**options)  # Debian's chromium (tools/browser.py)
         yield launched
         launched.close()
 
