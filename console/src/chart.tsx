@@ -4,6 +4,14 @@ import { useEffect, useRef } from "preact/hooks";
 import uPlot from "uplot";
 import "uplot/dist/uPlot.min.css";
 
+/** The x range of samples at ``times``: at least the last minute before the latest (or ``now``). */
+export function timeRange(times: ArrayLike<number>, now: number): [number, number] {
+  if (!times.length) return [now - 60, now];
+  const first = times[0];
+  const last = times[times.length - 1];
+  return last - first < 60 ? [last - 60, last + 1] : [first, last];
+}
+
 export interface ChartSeries {
   label: string;
   values: number[];
@@ -30,7 +38,8 @@ export function TimeChart({ title, times, series }: { title: string; times: numb
         series: [{}, ...series.map((s, i) => ({ label: s.label, stroke: COLOURS[i % COLOURS.length], width: 2 }))],
         axes: [{}, { size: 60 }],
         // at least the last minute, so that the first samples do not stretch over years
-        scales: { x: { time: true, range: (_u, min, max) => (max - min < 60 ? [max - 60, max + 1] : [min, max]) } },
+        // (from the samples themselves: uPlot widens a single point to 86,400 of its units)
+        scales: { x: { time: true, range: (u) => timeRange(u.data[0] as number[], Date.now() / 1000) } },
         legend: { show: true },
       },
       [times, ...series.map((s) => s.values)],
