@@ -1,7 +1,8 @@
 import { cleanup, render, screen } from "@testing-library/preact";
-import { afterEach, describe, expect, it } from "vitest";
+import { fireEvent } from "@testing-library/preact";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { ApiError } from "./api";
-import { ActionState, ErrorNote, Loading } from "./components";
+import { ActionState, ErrorNote, Loading, Pager } from "./components";
 import { schemaBody, schemaText } from "./pages/schemas";
 
 afterEach(cleanup);
@@ -61,5 +62,20 @@ describe("schemas", () => {
   it("shows a stored schema as text", () => {
     expect(schemaText({ uuid: "u", name: "projects/p/schemas/s", type: "json", schema: { a: 1 } })).toBe('{\n  "a": 1\n}');
     expect(schemaText({ uuid: "u", name: "projects/p/schemas/s", type: "protobuf", schema: "msg" })).toBe("msg");
+  });
+});
+
+describe("Pager", () => {
+  it("offers the next page, then the first again, and nothing for a single page", () => {
+    const onPage = vi.fn();
+    const { rerender, container } = render(<Pager current="" next="t2" onPage={onPage} />);
+    expect(screen.queryByText("First page")).toBeNull();
+    fireEvent.click(screen.getByText("Next page"));
+    expect(onPage).toHaveBeenLastCalledWith("t2");
+    rerender(<Pager current="t2" next="" onPage={onPage} />);
+    fireEvent.click(screen.getByText("First page"));
+    expect(onPage).toHaveBeenLastCalledWith("");
+    rerender(<Pager current="" next="" onPage={onPage} />);
+    expect(container.innerHTML).toBe("");
   });
 });

@@ -108,3 +108,23 @@ export function Confirmed({
 export function Empty({ children }: { children: ComponentChildren }) {
   return <p class="empty">{children}</p>;
 }
+
+/** The buttons of a list the API answers a page at a time (``pageToken``/``nextPageToken``):
+ * back to the first page once past it, and on to the next while there is one. */
+export function Pager({ current, next, onPage }: { current: string; next: string; onPage: (token: string) => void }) {
+  if (!current && !next) return null;
+  return (
+    <p class="row">
+      {current ? (
+        <button type="button" class="secondary outline" onClick={() => onPage("")}>
+          First page
+        </button>
+      ) : null}
+      {next ? (
+        <button type="button" class="secondary outline" onClick={() => onPage(next)}>
+          Next page
+        </button>
+      ) : null}
+    </p>
+  );
+}

@@ -17,7 +17,7 @@ import {
   type ServiceType,
 } from "../authn";
 import { useAction, useLoad, useSession, type Action } from "../app";
-import { ActionState, Confirmed, Empty, Field, Loading } from "../components";
+import { ActionState, Confirmed, Empty, Field, Loading, Pager } from "../components";
 import { capabilities } from "../logic";
 
 const DN_HINT = "The certificate's subject DN, as openssl x509 -noout -subject -nameopt RFC2253,-esc_msb prints it";
@@ -154,18 +154,7 @@ function AuthnAdmin() {
             ) : (
               <Empty>No bindings.</Empty>
             )}
-            <p class="row">
-              {pageToken ? (
-                <button type="button" class="secondary outline" onClick={() => setPageToken("")}>
-                  First page
-                </button>
-              ) : null}
-              {page.nextPageToken ? (
-                <button type="button" class="secondary outline" onClick={() => setPageToken(page.nextPageToken)}>
-                  Next page
-                </button>
-              ) : null}
-            </p>
+            <Pager current={pageToken} next={page.nextPageToken} onPage={setPageToken} />
           </>
         )}
       </Loading>

@@ -10,6 +10,7 @@ import {
 } from "../api";
 import { href, useAction, useInterval, useLoad, useSession } from "../app";
 import { TimeChart } from "../chart";
+import { giveBack, peek, pullNow } from "../delivery";
 import { ActionState, Busy, Confirmed, Empty, ErrorNote, Field, Loading } from "../components";
 import {
   backlog,
@@ -331,7 +332,7 @@ function Pull({ path, sub }: { path: string; sub: Subscription }) {
     act
       .run(async () => {
         if (what === "ack") await api.post(`${path}:acknowledge`, { ackIds: ids });
-        else await api.post(`${path}:modifyAckDeadline`, { ackIds: ids, ackDeadlineSeconds: 0 });
+        else await giveBack(api, path, pulled?.items.filter((i) => selected.has(i.ackId)) ?? []);
         const n = ids.length;
         return what === "ack"
           ? `Acknowledged ${n} message${n === 1 ? "" : "s"}`
@@ -424,13 +425,7 @@ function Browse({ path }: { path: string }) {
         disabled={act.busy}
         onClick={() =>
           act.run(async () => {
-            const r = await api.post<{ receivedMessages: ReceivedMessage[] }>(`${path}:pull`, {
-              maxMessages: "20",
-              returnImmediately: "true",
-            });
-            const got = r.receivedMessages ?? [];
-            if (got.length)
-              await api.post(`${path}:modifyAckDeadline`, { ackIds: got.map((g) => g.ackId), ackDeadlineSeconds: 0 });
+            const got = await peek(api, path, 20);
             setItems(got);
             return `${got.length} message${got.length === 1 ? "" : "s"} shown, none acknowledged`;
           })
@@ -540,13 +535,7 @@ function Redrive({ sub }: { sub: Subscription }) {
                 disabled={!from || act.busy}
                 onClick={() =>
                   act.run(async () => {
-                    const r = await api.post<{ receivedMessages: ReceivedMessage[] }>(`${fromPath}:pull`, {
-                      maxMessages: "50",
-                      returnImmediately: "true",
-                    });
-                    const got = r.receivedMessages ?? [];
-                    if (got.length)
-                      await api.post(`${fromPath}:modifyAckDeadline`, { ackIds: got.map((g) => g.ackId), ackDeadlineSeconds: 0 });
+                    const got = await peek(api, fromPath, 50);
                     setItems(got.filter(mine));
                     return `${got.filter(mine).length} dead-lettered message(s) of this subscription`;
                   })
@@ -559,17 +548,9 @@ function Redrive({ sub }: { sub: Subscription }) {
                 disabled={!from || act.busy}
                 onClick={() =>
                   act.run(async () => {
-                    const r = await api.post<{ receivedMessages: ReceivedMessage[] }>(`${fromPath}:pull`, {
-                      maxMessages: "100",
-                      returnImmediately: "true",
-                    });
-                    const got = (r.receivedMessages ?? []).filter(mine);
-                    const others = (r.receivedMessages ?? []).filter((x) => !mine(x));
-                    if (others.length)
-                      await api.post(`${fromPath}:modifyAckDeadline`, {
-                        ackIds: others.map((g) => g.ackId),
-                        ackDeadlineSeconds: 0,
-                      });
+                    const pulled = await pullNow(api, fromPath, 100);
+                    const got = pulled.filter(mine);
+                    await giveBack(api, fromPath, pulled.filter((x) => !mine(x)));
                     if (!got.length) return "No dead letters of this subscription to redrive";
                     const messages = got.map((g) => {
                       const attributes = withoutDeadLetterAttributes(g.message.attributes);

@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import { useRoute } from "preact-iso";
 import { userPath, type User } from "../api";
 import { href, useAction, useLoad, useSession } from "../app";
-import { ActionState, Confirmed, Field, Loading } from "../components";
+import { ActionState, Confirmed, Field, Loading, Pager } from "../components";
 import { ADMIN_VIEWER, METRICS_VIEWER, SERVICE_ADMIN } from "../logic";
 import { PROJECT_ROLES } from "./members";
 
@@ -52,18 +52,7 @@ export function UsersPage() {
                 </tbody>
               </table>
             </div>
-            <p class="row">
-              {pageToken ? (
-                <button type="button" class="secondary outline" onClick={() => setPageToken("")}>
-                  First page
-                </button>
-              ) : null}
-              {page.nextPageToken ? (
-                <button type="button" class="secondary outline" onClick={() => setPageToken(page.nextPageToken)}>
-                  Next page
-                </button>
-              ) : null}
-            </p>
+            <Pager current={pageToken} next={page.nextPageToken} onPage={setPageToken} />
           </>
         )}
       </Loading>
