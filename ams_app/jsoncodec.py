@@ -34,11 +34,17 @@ def dumps(value: Any) -> bytes:
 
 def loads(text: bytes | str) -> Any:
     """The value of the JSON ``text``; ValueError (or RecursionError) as ``json.loads`` raises."""
+    return parse(text)[0]
+
+
+def parse(text: bytes | str) -> tuple[Any, bool]:
+    """``loads``, and whether orjson read the text: then it holds no lone surrogate (orjson
+    refuses them, escaped or as bytes), and the API's body check need not look for one."""
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return json.loads(text)
-    return json.loads(text) if _holds_float(value) else value
+        return json.loads(text), False
+    return (json.loads(text) if _holds_float(value) else value), True
 
 
 def _holds_float(value: Any) -> bool:

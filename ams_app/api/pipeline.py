@@ -105,10 +105,12 @@ def body() -> Any:
     if not raw.strip():
         return None
     try:
-        parsed = jsoncodec.loads(raw)
+        parsed, surrogate_free = jsoncodec.parse(raw)
     except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return MALFORMED
-    if _SURROGATE_HINT.search(raw) and _lone_surrogate(parsed):  # paired escapes (emoji) are fine
+    # only a text orjson refused may hold one; the search costs a scan of the whole body (a
+    # quarter of a publish's request thread, docs/benchmarks.md "Publishing against the raw producer")
+    if not surrogate_free and _SURROGATE_HINT.search(raw) and _lone_surrogate(parsed):  # paired escapes are fine
         return MALFORMED
     return parsed
 

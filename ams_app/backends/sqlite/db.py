@@ -5,6 +5,15 @@ serialised and atomic, and a commit's fsync never stalls the gevent hub: other g
 serving while the thread waits for the disk. WAL with ``synchronous=FULL`` makes every
 answered commit survive a crash of the process or of the machine.
 
+Writes that many requests make at once (publishing) may instead share a transaction:
+``run_grouped`` queues the function, and the calls that queue while a commit is under way run
+together in the next transaction, each in a savepoint of its own (one failing rolls back only
+itself), with one commit: one fsync for them all (group commit); a call that finds no commit under
+way goes at once, alone. A call is answered only after
+the commit that holds it, so the guarantee is the same; what it changes is that concurrent
+publishers stop queueing for the disk one by one (docs/benchmarks.md, "Publishing against the
+raw producer").
+
 Reads run in the caller's thread on a read-only connection, in a transaction of their own
 (a WAL snapshot: they see every commit that returned before they began, and never wait for
 the writer). A read function never yields to other greenlets, so nothing interleaves with it.
@@ -26,9 +35,14 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+import gevent
+from gevent.event import AsyncResult
 from gevent.threadpool import ThreadPool
 
 R = TypeVar("R")
+
+#: At most this many grouped calls share one transaction.
+GROUP_LIMIT = 64
 
 
 class SchemaTooNew(RuntimeError):
@@ -92,6 +106,8 @@ class SqliteDb:
         self._reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=30)
         self._reader.execute("PRAGMA query_only=ON")
         self._read_lock = threading.Lock()
+        self._grouped: list[tuple[Callable[[sqlite3.Connection], object], AsyncResult]] = []
+        self._grouping = False  # a greenlet is committing groups
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30)
@@ -117,6 +133,59 @@ class SqliteDb:
     def run(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         """Run ``fn`` in a write transaction."""
         return self._pool.apply(self._call, (fn,))  # type: ignore[no-any-return]
+
+    def run_grouped(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        """Run ``fn`` in a write transaction that it may share with other grouped calls (module
+        docstring); its exception is its own, the others still commit."""
+        if not self._grouping:
+            # no commit under way: this one goes at once, from its own greenlet (a lone publish
+            # pays no hand-over: 0.3 ms of its 1.7 measured), and those that come meanwhile queue
+            self._grouping = True
+            try:
+                return self._pool.apply(self._call, (fn,))  # type: ignore[no-any-return]
+            finally:
+                if self._grouped:
+                    gevent.spawn(self._commit_groups)
+                else:
+                    self._grouping = False
+        done = AsyncResult()
+        self._grouped.append((fn, done))
+        return done.get()  # type: ignore[no-any-return]
+
+    def _commit_groups(self) -> None:
+        try:
+            while self._grouped:
+                group, self._grouped = self._grouped[:GROUP_LIMIT], self._grouped[GROUP_LIMIT:]
+                try:
+                    outcomes = self._pool.apply(self._call_group, ([fn for fn, _ in group],))
+                except BaseException as exc:  # the transaction itself failed: none of them holds
+                    for _, done in group:
+                        done.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (_, done), (failed, value) in zip(group, outcomes, strict=True):
+                    if failed:
+                        done.set_exception(value)
+                    else:
+                        done.set(value)
+        finally:
+            self._grouping = False
+
+    def _call_group(self, fns: list[Callable[[sqlite3.Connection], object]]) -> list[tuple[bool, object]]:
+        def each(conn: sqlite3.Connection) -> list[tuple[bool, object]]:
+            outcomes: list[tuple[bool, object]] = []
+            for fn in fns:
+                conn.execute("SAVEPOINT grouped")
+                try:
+                    outcomes.append((False, fn(conn)))
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO grouped")
+                    outcomes.append((True, exc))
+                conn.execute("RELEASE grouped")
+            return outcomes
+
+        return self._call(each)
 
     def read(self, fn: Callable[[sqlite3.Connection], R]) -> R:
         """Run ``fn`` in a read transaction, here and now."""

@@ -104,7 +104,17 @@ class SqliteMessageLog:
             ]
             conn.executemany(
                 "INSERT INTO messages (key, offset, publish_ns, attributes, data, ordering_key) VALUES (?,?,?,?,?,?)",
-                [(key, s.offset, s.publish_ns, json.dumps(s.attributes), s.data, s.ordering_key) for s in stored],
+                [
+                    (
+                        key,
+                        s.offset,
+                        s.publish_ns,
+                        json.dumps(s.attributes) if s.attributes else "{}",
+                        s.data,
+                        s.ordering_key,
+                    )
+                    for s in stored
+                ],
             )
             conn.execute(
                 "UPDATE log_topics SET next_offset=?, last_ns=? WHERE key=?",
@@ -112,7 +122,7 @@ class SqliteMessageLog:
             )
             return stored
 
-        stored = self.db.run(tx)
+        stored = self.db.run_grouped(tx)
         self._notifier.notify(key)
         return stored
 

@@ -83,3 +83,20 @@ def test_loads_gives_what_json_loads_gives(text: bytes) -> None:
     with contextlib.suppress(UnicodeDecodeError):  # the same as text, if text is UTF-8
         as_str = text.decode()
         assert _outcome(jsoncodec.loads, as_str) == _outcome(json.loads, as_str)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [b'"\\ud800"', b'"\\udc00\\ud800"', b'"\xed\xa0\x80"', b'{"a": ["\\udfff"]}', b'{"a": 1.5, "b": "\\ud800"}'],
+)
+def test_parse_never_calls_a_text_with_a_lone_surrogate_free_of_them(text: bytes) -> None:
+    """The API skips its search for lone surrogates when parse says orjson read the text
+    (ams_app/api/pipeline.py): a text holding one must never be said to be free of them."""
+    value, surrogate_free = jsoncodec.parse(text)
+    assert not surrogate_free
+    assert value == json.loads(text)
+
+
+@pytest.mark.parametrize("text", [b'"\\ud83d\\ude00"', '"😀"'.encode(), b'{"a": [1, 2.5, "x"]}'])
+def test_parse_says_orjson_read_a_text_without_one(text: bytes) -> None:
+    assert jsoncodec.parse(text) == (json.loads(text), True)

@@ -5,9 +5,12 @@ one a read still needs. The reads themselves meet a real broker in tests/api/tes
 
 from __future__ import annotations
 
+import base64
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ams_app.backends.kafka import log as kafka_log
 from ams_app.backends.log import StoredMessage
@@ -102,3 +105,12 @@ def test_a_record_value_is_the_json_of_the_original_payload(attributes: dict[str
     stamp = "2026-11-25T16:00:00.123456789Z"
     value = kafka_log.payload(attributes, data, stamp)
     assert value == json.dumps({"attributes": attributes, "data": data, "publishTime": stamp}).encode()
+
+
+@given(st.binary(max_size=64), st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3))
+def test_checked_base64_data_makes_the_same_record_unescaped(raw: bytes, attributes: dict[str, str]) -> None:
+    data = base64.b64encode(raw).decode()
+    stamp = "2026-11-29T05:00:00.000000001Z"
+    fast = kafka_log.payload(attributes, data, stamp, "key", base64=True)
+    assert fast == kafka_log.payload(attributes, data, stamp, "key")
+    assert json.loads(fast) == {"attributes": attributes, "data": data, "publishTime": stamp, "orderingKey": "key"}
