@@ -16,8 +16,9 @@ from ams_app import __version__
 from ams_app.settings import Settings, SettingsError, load_settings
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, Any] = {
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the command line gives (None: not given)."""
+    return {
         "host": getattr(args, "host", None),
         "port": getattr(args, "port", None),
         "data_dir": args.data_dir,
@@ -25,8 +26,12 @@ def _settings(args: argparse.Namespace) -> Settings:
         "tls_key": getattr(args, "tls_key", None),
         "grpc_port": getattr(args, "grpc_port", None),
         "grpc_emulator_user": getattr(args, "grpc_emulator_user", None),
+        "workers": getattr(args, "workers", None),
     }
-    return load_settings(args.config, overrides=overrides)
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config, overrides=_overrides(args))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -47,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-port", type=int, help="port of the Pub/Sub gRPC API (default 0: none; docs/pubsub.md)")
     serve.add_argument(
         "--grpc-emulator-user", help="the user that gRPC calls without credentials act as (loopback only)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="processes serving the API (default 1; 0: one per CPU core; backend kafka; docs/production.md)",
     )
 
     authn = sub.add_parser("authn", help="run AuthN: client certificates in, AMS tokens out (docs/authn.md)")
@@ -262,6 +272,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"ams: {exc}", file=sys.stderr)
             return 2
         where = f"{settings.host}:{settings.port}"
+        if settings.workers != 1:
+            own = settings.worker_ports
+            where += f" with {settings.worker_count} workers (their own ports {own.start}-{own.stop - 1})"
         print(f"settings are valid: backend {settings.backend}, listening on {where}, push {settings.push_worker}")
         return 0
     from ams_app.backends.errors import LayoutRefused, StoreBusy
@@ -433,6 +446,10 @@ def _command(args: argparse.Namespace, settings: Settings) -> int:
         return _restore(args, settings)
     if args.command == "admin" and args.verb == "layout":
         return _layout(settings)
+    if args.command == "serve" and settings.workers != 1:
+        from ams_app.workers import run_workers  # a parent: never ams_app.serve, which patches at import
+
+        return run_workers(settings, args.config, _overrides(args))
     if args.command == "serve":
         from ams_app.serve import serve
 

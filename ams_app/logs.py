@@ -9,9 +9,10 @@ import sys
 from ams_app.settings import Settings
 
 
-def configure_logging(settings: Settings) -> None:
+def configure_logging(settings: Settings, tag: str = "") -> None:
+    """``tag``: a word before each line's logger name, such as a node's worker (``w0``)."""
     logging.basicConfig(
         stream=sys.stdout,
         level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        format=f"%(asctime)s %(levelname)s {tag + ' ' if tag else ''}%(name)s %(message)s",
     )

@@ -10,6 +10,7 @@ import contextlib  # noqa: E402
 import io  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
@@ -30,6 +31,7 @@ from ams_app.pubsub.server import start as start_grpc  # noqa: E402
 from ams_app.push.worker import start_push  # noqa: E402
 from ams_app.service.core import AmsService  # noqa: E402
 from ams_app.settings import Settings  # noqa: E402
+from ams_app.workers import Role  # noqa: E402
 
 log = logging.getLogger("ams")
 
@@ -287,58 +289,109 @@ class Server(WSGIServer):  # type: ignore[misc]
         super().handle(sock, address)
 
 
+def _shared_listener(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening socket on ``host:port`` that the node's other workers bind too (SO_REUSEPORT:
+    the kernel spreads the connections over them; all must be of the same user)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host or "0.0.0.0", port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _watch_parent(parent: int, stop: Callable[[str], None]) -> None:
+    """A worker whose parent is gone (killed: it could not stop its workers) stops by itself."""
+    while os.getppid() == parent:
+        gevent.sleep(1.0)
+    stop(f"the parent (pid {parent}) is gone")
+
+
 def serve(settings: Settings) -> int:
-    configure_logging(settings)
+    role = Role.from_environ()  # set by the parent of a node's workers (ams_app/workers.py)
+    configure_logging(settings, tag=f"w{role.index}" if role is not None else "")
     app = create_app(settings)
     service: AmsService = app.extensions["ams"]
-    server = Server(
-        (settings.host, settings.port),
-        app,
-        spawn=Pool(settings.max_connections + _HEADROOM),
-        handler_class=Handler,
-        log=logging.getLogger("ams.access"),
-        error_log=logging.getLogger("ams.error"),
-        refused=lambda reason: service.telemetry.refused.labels(reason).inc(),
-        **settings.listener_tls,
-    )
-    server.client_timeout = settings.client_timeout
-    server.head_timeout = settings.request_head_timeout
-    server.body_timeout = settings.request_body_timeout
-    server.max_body = settings.max_request_bytes
-    server.max_connections = settings.max_connections
-    # serve_forever() stops the server a second time when stop() wakes it, with this timeout: at
-    # gevent's default (1 s) it killed requests still in flight (a 500) and idle keep-alive
-    # connections a proxy was about to reuse; drain() below has done the waiting by then
-    server.stop_timeout = settings.shutdown_timeout
+
+    def server(listener: Any) -> Server:
+        made = Server(
+            listener,
+            app,
+            spawn=Pool(settings.max_connections + _HEADROOM),
+            handler_class=Handler,
+            log=logging.getLogger("ams.access"),
+            error_log=logging.getLogger("ams.error"),
+            refused=lambda reason: service.telemetry.refused.labels(reason).inc(),
+            **settings.listener_tls,
+        )
+        made.client_timeout = settings.client_timeout
+        made.head_timeout = settings.request_head_timeout
+        made.body_timeout = settings.request_body_timeout
+        made.max_body = settings.max_request_bytes
+        made.max_connections = settings.max_connections
+        # serve_forever() stops the server a second time when stop() wakes it, with this timeout: at
+        # gevent's default (1 s) it killed requests still in flight (a 500) and idle keep-alive
+        # connections a proxy was about to reuse; drain() below has done the waiting by then
+        made.stop_timeout = settings.shutdown_timeout
+        return made
+
+    # a worker's own port (settings.port: where the other nodes forward to it), and the node's
+    # port, shared with the other workers
+    servers = [server((settings.host, settings.port))]
+    if role is not None:
+        servers.append(server(_shared_listener(settings.host, role.shared_port, Server.backlog)))
 
     stop_push = start_push(service, settings)
-    grpc_server = start_grpc(service, settings)
+    grpc_server = start_grpc(service, settings, shared_port=role.shared_grpc_port if role is not None else 0)
     stopped = Event()
+    stopping: list[str] = []
 
-    def stop(signum: int) -> None:
-        log.info("signal %d: stopping (in-flight requests get %.0fs)", signum, settings.shutdown_timeout)
+    def stop(reason: str) -> None:
+        if stopping:  # a second signal (or the parent's and systemd's) changes nothing
+            return
+        stopping.append(reason)
+        log.info("%s: stopping (in-flight requests get %.0fs)", reason, settings.shutdown_timeout)
         service.stopping.set()  # waiting pulls answer now, streams end with UNAVAILABLE
         pushing = gevent.spawn(stop_push, settings.shutdown_timeout)  # posts in flight finish meanwhile
         grpc_stop = gevent.spawn(grpc_server.stop, settings.shutdown_timeout) if grpc_server is not None else None
-        server.drain(settings.shutdown_timeout, settings.shutdown_idle_seconds)
+        gevent.joinall(
+            [gevent.spawn(s.drain, settings.shutdown_timeout, settings.shutdown_idle_seconds) for s in servers]
+        )
         if grpc_stop is not None:
             grpc_stop.join()
         pushing.join()
         stopped.set()
 
     for signum in (signal.SIGTERM, signal.SIGINT):
-        gevent.signal_handler(signum, lambda s=signum: gevent.spawn(stop, s))
+        gevent.signal_handler(signum, lambda s=signum: gevent.spawn(stop, f"signal {s}"))
+    if role is not None and role.parent:
+        gevent.spawn(_watch_parent, role.parent, lambda reason: gevent.spawn(stop, reason))
 
-    server.start()
+    for each in servers:
+        each.start()
     scheme = "https" if settings.listener_tls else "http"
-    log.info(
-        "AMS listening on %s://%s:%d (data in %s)",
-        scheme,
-        settings.host,
-        server.server_port,
-        settings.data_dir,
-    )
-    server.serve_forever()
+    if role is None:
+        log.info(
+            "AMS listening on %s://%s:%d (data in %s)", scheme, settings.host, servers[0].server_port, settings.data_dir
+        )
+    else:
+        log.info(
+            "AMS worker %d (%s) listening on %s://%s:%d, its own, and on port %d, shared",
+            role.index,
+            settings.node_name,
+            scheme,
+            settings.host,
+            servers[0].server_port,
+            role.shared_port,
+        )
+    gevent.joinall([gevent.spawn(each.serve_forever) for each in servers])
     stopped.wait(2 * settings.shutdown_timeout + 5)  # the push worker's stop, bounded
     service.close()
     log.info("stopped")

@@ -150,7 +150,8 @@ class Settings:
     #: Seconds an idle keep-alive connection stays open after SIGTERM (at most shutdown_timeout), so
     #: that a proxy reusing connections to this node sees it stop before the connection goes.
     shutdown_idle_seconds: float = setting(8.0, at_least=0)
-    #: Name of this node in the operational metrics (default: the host name).
+    #: Name of this node in the operational metrics (default: the host name). With workers, each
+    #: worker's is this with ``-w{i}`` after it.
     node_name: str = ""
     #: Seconds between flushes of the usage counters to the store (a crash loses at most this much).
     metrics_flush_seconds: float = setting(2.0, above=0)
@@ -169,6 +170,18 @@ class Settings:
     #: credentials get (Google's clients send none when PUBSUB_EMULATOR_HOST is set). Empty: such
     #: calls are UNAUTHENTICATED. Refused unless host is a loopback address.
     grpc_emulator_user: str = ""
+
+    # --- a process per core (backend kafka; docs/production.md, "A process per core") ---------
+    #: Processes serving this node's API: 1, one process (no parent); N > 1, a parent that starts N
+    #: workers, each a node of its own (its name, its ports, its subscriptions) sharing port and
+    #: grpc_port; 0, one worker per CPU core this process may run on. Backend kafka only.
+    workers: int = setting(1, at_least=0, at_most=256)
+    #: First of the workers' own API ports: worker i also listens on worker_port_base + i, where
+    #: the other nodes forward to it (0: port + 1).
+    worker_port_base: int = setting(0, at_least=0, at_most=65535)
+    #: First of the workers' own gRPC ports (with grpc_port): worker i also listens on
+    #: worker_grpc_port_base + i, where the other nodes relay gRPC calls to it (0: grpc_port + 1).
+    worker_grpc_port_base: int = setting(0, at_least=0, at_most=65535)
 
     # --- backend ---------------------------------------------------------------------------
     #: Which backend pair to use: ``embedded`` keeps everything in SQLite under data_dir;
@@ -251,6 +264,10 @@ class Settings:
     #: subscriptions that requests look up, and checks one ZooKeeper znode per request for
     #: changes made through any node (docs/production.md). Off: every lookup asks MongoDB.
     metadata_cache: bool = True
+    #: With metadata_cache: the znode's read sets a ZooKeeper watch, and until it fires requests
+    #: take the generation without a read of their own (docs/production.md "Metadata cache").
+    #: Off: a read per request (shared by the requests that begin while one is under way).
+    metadata_watch: bool = True
     #: Backend kafka: one node at a time owns a pull subscription's leases (a ZooKeeper claim),
     #: keeps them in memory and writes only acknowledgements to the store; other nodes forward the
     #: subscription's pull, acknowledge, offsets and modifyOffset requests to it. Needs
@@ -352,6 +369,8 @@ class Settings:
                 "grpc_emulator_user lets calls without credentials in: host must be a loopback address"
                 f" (127.0.0.1, ::1, localhost), not {self.host!r}"
             )
+        if self.workers != 1:
+            self._check_workers()
         if bool(self.authn_tls_cert) != bool(self.authn_tls_key):
             raise SettingsError("authn_tls_cert and authn_tls_key must be given together")
         if self.authn_check_crls and not self.authn_ca_dir:
@@ -375,6 +394,62 @@ class Settings:
             raise SettingsError("zookeeper_cert_file and zookeeper_key_file must be given together")
         if not self.zookeeper_tls and (self.zookeeper_ca_file or self.zookeeper_cert_file):
             raise SettingsError("zookeeper_ca_file, zookeeper_cert_file and zookeeper_key_file need zookeeper_tls")
+
+    def _check_workers(self) -> None:
+        """A parent and its workers (workers other than 1): backend kafka, and the workers' own
+        ports within 1-65535, apart from each other and from the node's other ports."""
+        if self.backend != "kafka":
+            raise SettingsError(
+                f"workers must be 1 on backend {self.backend}, not {self.workers}: its SQLite databases have one"
+                " writer, one process (several processes serve backend kafka)"
+            )
+        count = self.worker_count
+        others = {
+            "port": self.port,
+            "grpc_port": self.grpc_port,
+            "authn_port": self.authn_port,
+            "push_worker_metrics_port": self.push_worker_metrics_port,
+        }
+        ranges = {"worker_port_base": self.worker_ports}
+        if self.grpc_port:
+            ranges["worker_grpc_port_base"] = self.worker_grpc_ports
+        for name, ports in ranges.items():
+            if ports.stop - 1 > 65535:
+                raise SettingsError(
+                    f"{count} workers from {name} {ports.start} take ports {ports.start}-{ports.stop - 1},"
+                    f" beyond 65535: set a lower {name}"
+                )
+            for other, value in others.items():
+                if value and value in ports:
+                    raise SettingsError(
+                        f"the workers' own ports {ports.start}-{ports.stop - 1} ({name}, {count} workers) include"
+                        f" {other} {value}: set {name} where {count} ports are free"
+                    )
+        if len(ranges) == 2 and set(self.worker_ports) & set(self.worker_grpc_ports):
+            raise SettingsError(
+                f"the workers' own API ports {self.worker_ports.start}-{self.worker_ports.stop - 1} and gRPC ports"
+                f" {self.worker_grpc_ports.start}-{self.worker_grpc_ports.stop - 1} overlap: set worker_port_base"
+                " or worker_grpc_port_base apart"
+            )
+
+    @property
+    def worker_count(self) -> int:
+        """How many workers serve: ``workers``, or with 0 one per CPU core this process may run on."""
+        return self.workers or len(os.sched_getaffinity(0))
+
+    @property
+    def worker_ports(self) -> range:
+        """The workers' own API ports, worker i's at [i]."""
+        base = self.worker_port_base or self.port + 1
+        return range(base, base + self.worker_count)
+
+    @property
+    def worker_grpc_ports(self) -> range:
+        """The workers' own gRPC ports, worker i's at [i]; empty when grpc_port is 0."""
+        if not self.grpc_port:
+            return range(0)
+        base = self.worker_grpc_port_base or self.grpc_port + 1
+        return range(base, base + self.worker_count)
 
     def authn_problems(self) -> list[str]:
         """What ``ams authn`` lacks to start (the API server does not need any of it)."""

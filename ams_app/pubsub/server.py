@@ -149,8 +149,10 @@ def handlers(svc: AmsService, subscriber: Subscriber) -> list[grpc.GenericRpcHan
     return out
 
 
-def start(svc: AmsService, settings: Settings) -> Listener | None:
-    """Listen on grpc_port (none when it is 0); the server, started."""
+def start(svc: AmsService, settings: Settings, shared_port: int = 0) -> Listener | None:
+    """Listen on grpc_port (none when it is 0); the server, started. A node's worker
+    (ams_app/workers.py) listens on its own grpc_port, where the other nodes relay calls to it, and
+    on ``shared_port``, the node's, which every worker binds with SO_REUSEPORT."""
     if not settings.grpc_port:
         return None
     global _gevent_ready
@@ -172,18 +174,22 @@ def start(svc: AmsService, settings: Settings) -> Listener | None:
             # clients' keepalive pings (the Go client's, every 5 minutes) are welcome
             ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ("grpc.keepalive_permit_without_calls", 1),
+            # grpc's default on Linux, stated for the workers, which share the node's grpc_port
+            *([("grpc.so_reuseport", 1)] if shared_port else []),
         ],
     )
-    address = (
-        f"[{settings.host}]:{settings.grpc_port}" if ":" in settings.host else f"{settings.host}:{settings.grpc_port}"
-    )
-    if settings.tls_cert and settings.tls_key:
-        credentials = grpc.ssl_server_credentials(
-            [(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())]
-        )
-        server.add_secure_port(address, credentials)
-    else:
-        server.add_insecure_port(address)
+    ports = [settings.grpc_port, *([shared_port] if shared_port else [])]
+    addresses = [f"[{settings.host}]:{port}" if ":" in settings.host else f"{settings.host}:{port}" for port in ports]
+    for address in addresses:
+        if settings.tls_cert and settings.tls_key:
+            credentials = grpc.ssl_server_credentials(
+                [(Path(settings.tls_key).read_bytes(), Path(settings.tls_cert).read_bytes())]
+            )
+            server.add_secure_port(address, credentials)
+        else:
+            server.add_insecure_port(address)
     server.start()
-    log.info("Pub/Sub gRPC API listening on %s (%s)", address, "TLS" if settings.tls_cert else "plaintext")
+    log.info(
+        "Pub/Sub gRPC API listening on %s (%s)", " and ".join(addresses), "TLS" if settings.tls_cert else "plaintext"
+    )
     return Listener(server, subscriber)

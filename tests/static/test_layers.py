@@ -39,6 +39,16 @@ FORBIDDEN = {
     "ams_app.push": ("ams_app.api", "ams_app.serve", "ams_app.app"),
     "ams_app.wire": ("ams_app.service", "ams_app.api", "ams_app.push"),
     "ams_app.webhook": ("ams_app.service", "ams_app.api", "ams_app.push"),
+    # the parent of the workers runs without gevent: never the server, nor what it stands on
+    "ams_app.workers": (
+        "ams_app.serve",
+        "ams_app.app",
+        "ams_app.service",
+        "ams_app.api",
+        "ams_app.push",
+        "ams_app.pubsub",
+        "ams_app.backends",
+    ),
 }
 
 

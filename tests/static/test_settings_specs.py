@@ -17,6 +17,7 @@ import dataclasses
 import re
 from typing import Any
 
+import jinja2
 import pytest
 import yaml
 
@@ -67,11 +68,33 @@ def test_spec_choices_are_the_setting_choices(setting: str, variable: str) -> No
     )
 
 
+#: Hosts a templated default is rendered for: its backend (a role variable) and its facts.
+HOSTS: list[dict[str, Any]] = [
+    {"ams_backend": "embedded", "ansible_facts": {"processor_vcpus": 4}},
+    {"ams_backend": "kafka", "ansible_facts": {"processor_vcpus": 4}},
+    {"ams_backend": "kafka", "ansible_facts": {}},  # no facts gathered
+]
+
+
+def _templated(default: Any) -> bool:
+    return isinstance(default, str) and "{{" in default
+
+
 @pytest.mark.parametrize(("setting", "variable"), PAIRS, ids=[f"{v}->{s}" for s, v in PAIRS])
 def test_spec_default_is_a_legal_setting(setting: str, variable: str) -> None:
     option = OPTIONS[variable]
     if "default" not in option:
         assert option.get("required"), f"{variable} has neither a default nor required: true"
+        return
+    if _templated(option["default"]):  # computed on the host (ams_workers: its vCPUs): each host's value
+        for host in HOSTS:
+            rendered = jinja2.Template(option["default"]).render(**host)
+            backend = {"backend": host["ams_backend"], "zookeeper_hosts": "zk:2181"}
+            try:
+                settings = _settings_with({**backend, setting: rendered})
+            except SettingsError as exc:
+                pytest.fail(f"{variable} default renders {rendered!r} for {host}, not a legal {setting}: {exc}")
+            assert str(getattr(settings, setting)) == rendered
         return
     try:
         settings = _settings_with({setting: option["default"]})
@@ -83,7 +106,8 @@ def test_spec_default_is_a_legal_setting(setting: str, variable: str) -> None:
 def test_spec_defaults_together_are_legal_settings() -> None:
     """The role's defaults as one settings file pass validate(), rules between settings included."""
     values = {s: OPTIONS[v]["default"] for s, v in PAIRS if "default" in OPTIONS[v]}
-    _settings_with(values)
+    rendered = {s: jinja2.Template(value).render(**HOSTS[0]) for s, value in values.items() if _templated(value)}
+    _settings_with({**values, **rendered})
 
 
 @pytest.mark.parametrize(
@@ -99,6 +123,9 @@ def test_spec_defaults_together_are_legal_settings() -> None:
         ("ams_push_worker_metrics_port", 65536),
         ("ams_shutdown_timeout", -1),
         ("ams_log_level", "TRACE"),
+        ("ams_workers", -1),
+        ("ams_worker_port_base", 65536),
+        ("ams_worker_grpc_port_base", -1),
     ],
 )
 def test_a_bad_variable_value_is_refused_by_the_settings(variable: str, value: Any) -> None:

@@ -61,6 +61,10 @@ VALID_BASE: dict[str, Any] = {"zookeeper_hosts": "127.0.0.1:2181"}
 #: What a value needs beside it to be legal (the rules between settings in Settings.validate()).
 COMPANIONS: dict[tuple[str, Any], dict[str, Any]] = {
     ("kafka_security_protocol", "SASL_SSL"): {"kafka_sasl_username": "ams", "kafka_sasl_password": "secret"},
+    # several workers: backend kafka only (the embedded backend is one process)
+    ("workers", 0): {"backend": "kafka"},
+    ("workers", 2): {"backend": "kafka"},
+    ("workers", 256): {"backend": "kafka"},
 }
 
 
@@ -127,6 +131,12 @@ LITERAL = [
     ("push_worker_metrics_port", 65535, 65536),
     ("grpc_port", 0, -1),
     ("grpc_port", 65535, 65536),
+    ("workers", 0, -1),
+    ("workers", 256, 257),
+    ("worker_port_base", 0, -1),
+    ("worker_port_base", 65535, 65536),
+    ("worker_grpc_port_base", 0, -1),
+    ("worker_grpc_port_base", 65535, 65536),
     ("default_ack_deadline", 1, 0),
     ("default_ack_deadline", 600, 601),
     ("kafka_replication_factor", 1, 0),
@@ -248,6 +258,11 @@ def test_setting_takes_one_lower_bound() -> None:
         ({"authn_tls_key": "/k.pem"}, "authn_tls_cert and authn_tls_key must be given together"),
         ({"authn_check_crls": True}, "authn_check_crls needs authn_ca_dir"),
         ({"grpc_port": 8080}, "grpc_port must differ from port"),
+        ({"workers": 2}, "workers must be 1 on backend embedded, not 2"),
+        (
+            {"workers": 2, "backend": "kafka", "zookeeper_hosts": "zk:2181", "worker_port_base": 8079},
+            "the workers' own ports 8079-8080 .* include port 8080",
+        ),
         ({"grpc_emulator_user": "dev", "host": "0.0.0.0"}, "grpc_emulator_user lets calls without credentials in"),
         ({"grpc_emulator_user": "dev", "host": "10.0.0.5"}, "host must be a loopback address"),
     ],
