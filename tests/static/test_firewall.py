@@ -143,6 +143,19 @@ def test_the_nodes_grpc_port_is_haproxys_and_the_other_nodes() -> None:
     assert f"tcp dport {node_port}" not in rules(ruleset("lb1"))
 
 
+def test_the_workers_own_ports_are_the_other_nodes_and_the_monitoring_hosts() -> None:
+    """A process per core (the ams role's ams_workers): the nodes forward to a subscription's owner
+    at its worker's own API port and relay gRPC calls to its own gRPC port; the monitoring host
+    scrapes each worker at its own API port. The ranges start at the ams role's defaults."""
+    ams_defaults = yaml.safe_load((ROOT / "roles" / "ams" / "defaults" / "main.yml").read_text())
+    api, grpc = ams_defaults["ams_worker_port_base"], ams_defaults["ams_worker_grpc_port_base"]
+    node = rules(ruleset("ams1"))
+    nodes = {FACTS[name] for name in FACTS if name.startswith("ams")}
+    assert node[f"tcp dport {api}-{api + 99}"] == {"ip": {*nodes, FACTS["mon1"]}}
+    assert node[f"tcp dport {grpc}-{grpc + 99}"] == {"ip": nodes}
+    assert f"tcp dport {api}-{api + 99}" not in rules(ruleset("lb1"))  # haproxy balances on the shared port
+
+
 def test_the_policy_is_drop_and_only_the_roles_table_is_replaced() -> None:
     lines = statements(ruleset("ams1"))
     assert "type filter hook input priority 0; policy drop;" in lines

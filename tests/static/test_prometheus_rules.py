@@ -317,6 +317,26 @@ def test_the_scrape_jobs_follow_the_variables(tmp_path: Path) -> None:
     assert _targets(jobs["prometheus"]) == [("[::1]:9091", "mon1:9091", "mon1")]
 
 
+def test_a_node_with_workers_is_scraped_at_each_workers_own_port(tmp_path: Path) -> None:
+    """A scrape of a node's shared API port reaches one of its workers at random: a node whose host
+    variable prometheus_ams_workers says it has several is scraped at each worker's own port."""
+    hostvars = {**HOSTVARS, "ams2": {"prometheus_ams_workers": "3"}, "ams3": {"prometheus_ams_workers": 1}}
+    path, config = _prometheus_config(tmp_path, hostvars=hostvars)
+    job = _jobs(config)["ams"]
+    assert _targets(job) == [
+        ("ams1:8080", "ams1:8080", "ams1"),
+        ("ams2:8100", "ams2:8100", "ams2"),
+        ("ams2:8101", "ams2:8101", "ams2"),
+        ("ams2:8102", "ams2:8102", "ams2"),
+        ("ams3:8080", "ams3:8080", "ams3"),
+    ]
+    assert [group["labels"].get("worker") for group in job["static_configs"]] == [None, "w0", "w1", "w2", None]
+    done = _run([_tool("promtool"), "check", "config", str(path)])
+    assert done.returncode == 0, done.stdout + done.stderr
+    moved = _jobs(_prometheus_config(tmp_path, hostvars=hostvars, prometheus_ams_worker_port_base=9200)[1])["ams"]
+    assert [address for address, _, _ in _targets(moved)][1:4] == ["ams2:9200", "ams2:9201", "ams2:9202"]
+
+
 @pytest.mark.parametrize("webhook", ["", "https://hooks.example.org/alerts?key=s3cret"], ids=["null", "webhook"])
 def test_the_alertmanager_config_passes_amtool_check_config(tmp_path: Path, webhook: str) -> None:
     text = render("alertmanager.yml.j2", prometheus_alertmanager_webhook_url=webhook)
