@@ -251,3 +251,18 @@ def test_the_grpc_backend_sends_each_node_its_grpc_port_and_follows_its_health()
     assert sections["backend ams_nodes_grpc"] == ["mode tcp", "balance leastconn"]
     off = render_role_template("haproxy", "haproxy.cfg.j2", haproxy_backend_servers=servers)
     assert "_grpc" not in off
+
+
+@pytest.mark.parametrize("shutdown_timeout", [0, 15, 60])
+def test_the_api_units_stop_timeout_covers_the_parents_wait_for_its_workers(shutdown_timeout: int) -> None:
+    """``ams serve`` with workers (ams_app/workers.py): SIGTERM to the parent alone (KillMode=mixed),
+    which stops its workers and waits for them at most 2 * shutdown_timeout + 10 s; systemd waits
+    longer before its SIGKILL."""
+    from ams_app.settings import Settings
+    from ams_app.workers import stop_seconds
+
+    text = render_role_template("ams", "ams.service.j2", ams_shutdown_timeout=shutdown_timeout)
+    unit = properties("\n".join(line for line in text.splitlines() if "=" in line))
+    assert unit["KillMode"] == "mixed"
+    assert unit["KillSignal"] == "SIGTERM"
+    assert int(unit["TimeoutStopSec"]) >= stop_seconds(Settings(shutdown_timeout=shutdown_timeout)) + 10

@@ -1,0 +1,3 @@
+module ams-benchmarks/loadgen
+
+go 1.22
