@@ -62,7 +62,7 @@ run: venv console
 ## FerretDB (installed on first use) and chromium, then real servers over sockets, the official
 ## client over HTTPS, the console in a browser
 test: venv console-test console browser services-up
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest --durations=30 $(PYTEST_ARGS)
 
 ## The quick loop, in seconds and without servers: the service's rules in-process (the unit tests
 ## of ams_app and the API tests marked inprocess, through Flask's test client, tests/inprocess.py)

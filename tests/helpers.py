@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from importlib.machinery import SourceFileLoader
 from pathlib import Path
 from types import ModuleType
@@ -234,8 +234,10 @@ class AmsServer:
         backend: str = "embedded",
         clock_shift: float = 0.0,
         listen: tuple[str, int] | None = None,
+        args: Sequence[str] = (),
     ) -> None:
         self.backend = backend
+        self.args = list(args)  # more of ams serve's command line, e.g. ["--workers", "2"]
         self.clock_shift = clock_shift  # seconds added to its wall clock (tests/shifted_clock.py)
         self.data_dir = data_dir
         self.tls = tls
@@ -277,6 +279,7 @@ class AmsServer:
         cmd += ["--host", self.address, "--port", str(self.port)]
         if self.tls:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
+        cmd += self.args
         env = {**os.environ, "AMS_SERVICE_TOKEN": self.token, **self.env}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import gzip
 import io
+import signal
+import subprocess
 import tarfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from tests.helpers import ROOT, load_tool
 
 artifacts = load_tool("artifacts")
 molecule_run = load_tool("molecule_run")
+toolkit = load_tool("toolkit")
 
 
 def _jars(tmp_path: Path) -> list[Path]:
@@ -71,6 +76,41 @@ def test_molecule_runs_the_longest_scenarios_first() -> None:
         "kafka",
         "java",
     ]
+
+
+def _scenario_with_a_child() -> tuple[subprocess.Popen[bytes], int]:
+    """A stand-in for ``molecule test``: a session leader whose own child (ansible-playbook, pytest)
+    would outlive it if only the leader were killed. Returns it and its child's pid."""
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & echo $!; wait"], stdout=subprocess.PIPE, start_new_session=True)
+    assert leader.stdout is not None
+    return leader, int(leader.stdout.readline())
+
+
+def test_a_scenario_that_ends_is_waited_for() -> None:
+    done = subprocess.Popen(["sh", "-c", "exit 3"], start_new_session=True)
+    assert molecule_run.wait_or_stop(done, 60, threading.Event()) == "exited"
+    assert done.returncode == 3
+
+
+def test_a_scenario_past_its_limit_is_killed_with_its_children() -> None:
+    leader, child = _scenario_with_a_child()
+    with leader:
+        assert molecule_run.wait_or_stop(leader, 0.3, threading.Event()) == "timeout"
+    assert leader.returncode == -signal.SIGKILL
+    assert toolkit.wait_gone(child, "sleep 60", 5.0)
+
+
+def test_a_stop_kills_a_running_scenario_with_its_children() -> None:
+    """What SIGTERM to molecule_run does (.ci/run stops the background multinode so when make test fails)."""
+    leader, child = _scenario_with_a_child()
+    stop = threading.Event()
+    threading.Timer(0.3, stop.set).start()
+    started = time.monotonic()
+    with leader:
+        assert molecule_run.wait_or_stop(leader, 600, stop) == "stopped"
+    assert time.monotonic() - started < 10
+    assert leader.returncode == -signal.SIGKILL
+    assert toolkit.wait_gone(child, "sleep 60", 5.0)
 
 
 def test_every_role_is_converged_by_a_scenario() -> None:
@@ -147,6 +187,8 @@ def test_a_failed_scenario_shows_the_failing_task_not_only_the_destroy_after_it(
     retried = ["TASK [x] ****", "FAILED - RETRYING: [h]: x (9 retries left).", "ok: [h]"]
     assert molecule_run.failure_excerpt(retried) == []
     assert len(molecule_run.failure_excerpt([f"fatal: [h{i}]: FAILED!" for i in range(500)], limit=50)) == 50
+    stopped = ["tests/test_60.py::test_upgrade ", "", "molecule_run: stopped after 4320s", "PLAY [Destroy]"]
+    assert molecule_run.failure_excerpt(stopped) == ["molecule_run: stopped after 4320s", "PLAY [Destroy]"]
 
 
 @pytest.mark.parametrize(

@@ -63,6 +63,12 @@ AMS_PORT = 8080
 #: and each node's own listener (TLS with its internal certificate), the production inventory's ports.
 GRPC_LB = f"{ADDRESS[LB]}:8444"
 GRPC_PORT = 8085
+#: Each node's worker processes (the inventory's ams_workers) and the ports of their own, where the
+#: other nodes forward a subscription's requests to its owner (roles/ams: ams_worker_port_base and
+#: ams_worker_grpc_port_base; docs/production.md "A process per core").
+AMS_WORKERS = 2
+WORKER_PORTS = [8100 + i for i in range(AMS_WORKERS)]
+WORKER_GRPC_PORTS = [8200 + i for i in range(AMS_WORKERS)]
 # Google's clients trust a server through gRPC's default roots, which gRPC reads once, at the first
 # channel that needs them: haproxy's certificate is the test CA's
 os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(ROOT / ".cache" / "artifacts" / "tls" / "ca.pem")
@@ -295,40 +301,54 @@ def mongo_client(user: str = "ams", password: str | None = None, tls: bool = Tru
 
 
 # ---------------------------------------------------------------------- haproxy ----------------
-def haproxy_servers(authn: bool = False) -> dict[str, str]:
-    """Each AMS node's operational state in haproxy: UP, DOWN, DRAIN, MAINT (``show stat``), in
-    its API backends, or with ``authn`` in the backend of its ``ams authn``."""
+def haproxy_stat_of_nodes() -> list[dict[str, str]]:
+    """haproxy's ``show stat`` rows of the AMS nodes, in every backend, each by its column names."""
     out = host(LB).run(f"echo 'show stat' | socat stdio {HAPROXY_SOCKET}")
     assert out.rc == 0, out.stderr
     header: list[str] = []
-    states: dict[str, str] = {}
+    rows: list[dict[str, str]] = []
     for line in out.stdout.splitlines():
         if line.startswith("# "):
             header = line[2:].split(",")
             continue
         row = dict(zip(header, line.split(","), strict=False))
+        if row.get("svname") in GROUPS["ams"]:
+            rows.append(row)
+    return rows
+
+
+def haproxy_servers(authn: bool = False) -> dict[str, str]:
+    """Each AMS node's operational state in haproxy: UP, DOWN, DRAIN, MAINT (``show stat``), in
+    its API backends, or with ``authn`` in the backend of its ``ams authn``."""
+    states: dict[str, str] = {}
+    for row in haproxy_stat_of_nodes():
         if row.get("pxname", "").endswith("_authn") != authn or row.get("pxname", "").endswith("_grpc"):
             continue
-        if row.get("svname") in GROUPS["ams"]:
-            states[row["svname"]] = row["status"]
+        states[row["svname"]] = row["status"]
     return states
+
+
+def haproxy_ready_again() -> list[str]:
+    """Every AMS node that haproxy holds drained or in maintenance (a rolling playbook that failed
+    half-way leaves its node so) is taken back (``set server ... state ready``); which were."""
+    taken: list[str] = []
+    for row in haproxy_stat_of_nodes():
+        if row.get("status", "").startswith(("DRAIN", "MAINT")):
+            server = f"{row['pxname']}/{row['svname']}"
+            done = host(LB).run(f"echo 'set server {server} state ready' | socat stdio {HAPROXY_SOCKET}")
+            assert done.rc == 0, done.stderr
+            taken.append(server)
+    return taken
 
 
 def grpc_connections() -> dict[str, int]:
     """Each AMS node's current connections in haproxy's gRPC backend (``show stat``: scur), where each
     client connection goes whole to one node."""
-    out = host(LB).run(f"echo 'show stat' | socat stdio {HAPROXY_SOCKET}")
-    assert out.rc == 0, out.stderr
-    header: list[str] = []
-    connections: dict[str, int] = {}
-    for line in out.stdout.splitlines():
-        if line.startswith("# "):
-            header = line[2:].split(",")
-            continue
-        row = dict(zip(header, line.split(","), strict=False))
-        if row.get("pxname", "").endswith("_grpc") and row.get("svname") in GROUPS["ams"]:
-            connections[row["svname"]] = int(row["scur"] or 0)
-    return connections
+    return {
+        row["svname"]: int(row["scur"] or 0)
+        for row in haproxy_stat_of_nodes()
+        if row.get("pxname", "").endswith("_grpc")
+    }
 
 
 def ams_pid(node: str) -> str:
@@ -337,11 +357,12 @@ def ams_pid(node: str) -> str:
 
 
 def kill_ams(node: str) -> tuple[float, str]:
-    """``kill -9`` of the node's ``ams serve`` process (its unit's main process), which systemd starts
-    again (Restart=on-failure); when, and the pid killed."""
+    """``kill -9`` of the node's ``ams serve`` processes (its unit's: the parent and its workers,
+    docs/production.md "A process per core"), which systemd starts again (Restart=on-failure); when,
+    and the main pid killed."""
     pid = ams_pid(node)
     assert pid != "0", f"no ams process on {node}"
-    killed = host(node).run(f"kill -9 {pid}")
+    killed = host(node).run("systemctl kill --signal=SIGKILL ams")
     assert killed.rc == 0, killed.stderr
     return time.monotonic(), pid
 

@@ -44,6 +44,8 @@ from multinode import (
     PROJECT,
     ROOT,
     TOKEN,
+    WORKER_GRPC_PORTS,
+    WORKER_PORTS,
     ZOOKEEPER_PLAIN_PORT,
     ZOOKEEPER_PORT,
     Api,
@@ -437,6 +439,11 @@ FIREWALL_PAIRS = [
     # the nodes' gRPC API: haproxy's, and the other nodes' (a call passed on to a subscription's owner)
     (GRPC_PORT, NODES[0], GROUPS["spark_worker"][0], GROUPS["haproxy"][0]),
     (GRPC_PORT, NODES[0], GROUPS["monitoring"][0], NODES[1]),
+    # a worker's own ports: the other nodes forward to a subscription's owner there, Prometheus scrapes
+    # the API's; haproxy only ever reaches the port the workers share
+    (WORKER_PORTS[-1], NODES[0], GROUPS["haproxy"][0], NODES[1]),
+    (WORKER_PORTS[0], NODES[0], GROUPS["spark_worker"][0], GROUPS["monitoring"][0]),
+    (WORKER_GRPC_PORTS[-1], NODES[0], GROUPS["monitoring"][0], NODES[1]),
     (PUSH_WORKER_PAGE, NODES[0], GROUPS["haproxy"][0], GROUPS["monitoring"][0]),
     (9100, BROKERS[0], GROUPS["haproxy"][0], GROUPS["monitoring"][0]),  # node exporter
     (7071, BROKERS[0], NODES[0], GROUPS["monitoring"][0]),  # Kafka's JMX exporter
@@ -486,7 +493,7 @@ def test_the_monitoring_host_answers_only_the_admin_sources(port: int) -> None:
 ALLOWED = {
     "all": {9100},
     "haproxy": {80, 443, 8443, 8444, 8405},
-    "ams": {AMS_PORT, 8443, GRPC_PORT, PUSH_WORKER_PAGE},
+    "ams": {AMS_PORT, 8443, GRPC_PORT, PUSH_WORKER_PAGE, *WORKER_PORTS, *WORKER_GRPC_PORTS},
     "zookeeper": {ZOOKEEPER_PORT, 2888, 3888, 7000},
     "kafka": {KAFKA_BROKER_PORT, KAFKA_PORT, 7071},
     "mongodb": {MONGO_PORT},

@@ -40,7 +40,11 @@ from multinode import (
 HOSTS = GROUPS["kafka"]  # ZooKeeper and Kafka share kafka1-3
 SERVING = ("leader", "follower")
 PLAYBOOKS = ROOT / "playbooks"
-ELECTION_S = 10.0  # an election among two members, with the machine's two cores busy
+#: A stretch without a quorum longer than this is an ensemble that does not come back, whatever the
+#: load: an election among two members took 0.3 s to 2.4 s with the scenario alone on the machine's
+#: two cores, 26 s with make test beside it (CI, docs/ansible.md "CI"). What tells an election from
+#: two members down at once is not its length but who was down during it (below).
+NO_QUORUM_LIMIT_S = 90.0
 
 
 @dataclass
@@ -88,15 +92,21 @@ class Monitor:
     def seen_ok(self, name: str, after: float, before: float) -> bool:
         return any(after < s.at < before and s.ok[name] for s in self.samples)
 
-    def longest_without_quorum(self) -> float:
-        """Seconds, from the first sample with fewer than two hosts ok to the next sample with two."""
-        longest, since = 0.0, None
+    def without_quorum(self) -> list[tuple[float, float]]:
+        """Each stretch from the first sample with fewer than two hosts ok to the next sample with
+        two (its end infinite when no such sample came)."""
+        stretches, since = [], None
         for s in self.samples:
             if sum(s.ok.values()) < 2:
                 since = s.at if since is None else since
             elif since is not None:
-                longest, since = max(longest, s.at - since), None
-        return longest if since is None else float("inf")
+                stretches.append((since, s.at))
+                since = None
+        return stretches if since is None else [*stretches, (since, float("inf"))]
+
+    def longest_without_quorum(self) -> float:
+        """Seconds of the longest stretch without a quorum (0: none)."""
+        return max((end - start for start, end in self.without_quorum()), default=0.0)
 
 
 @dataclass
@@ -175,8 +185,13 @@ def test_a_configuration_change_restarts_one_member_and_one_broker_at_a_time(api
     assert [r.host for r in members if r.stopping > brokers[0].stopping] == []  # the ensemble first
     zk_out = check_one_at_a_time("zookeeper", members, zk)
     kafka_out = check_one_at_a_time("kafka", brokers, kafka)
+    # an election, not two members down: while the ensemble had no quorum, at most one member was
+    # between its stop and its start (the journal); the others were running, electing a leader
+    for start, end in zk.without_quorum():
+        down = [r.host for r in members if r.stopping < end and r.started > start]
+        assert len(down) <= 1, f"no quorum for {end - start:.1f}s with {down} stopped: more than an election"
     no_quorum_s = zk.longest_without_quorum()
-    assert no_quorum_s < ELECTION_S, f"no quorum for {no_quorum_s:.1f}s"
+    assert no_quorum_s < NO_QUORUM_LIMIT_S, f"no quorum for {no_quorum_s:.1f}s"
     assert all(zk.samples[-1].ok.values())
     assert all(kafka.samples[-1].ok.values())
 

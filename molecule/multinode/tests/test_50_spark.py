@@ -51,7 +51,10 @@ SHIFTED_SERVE = (
     "import sys, time; _ns = time.time_ns; _s = time.time; "
     "time.time_ns = lambda: _ns() - 86400 * 10**9; time.time = lambda: _s() - 86400; "
     "from ams_app.cli import main; "
-    f"sys.exit(main(['serve', '--config', '/etc/ams/ams.yml', '--host', '{SHIFTED_NODE}', '--port', '{SHIFTED_PORT}']))"
+    # one process: workers would be processes of their own, without this one's shifted clock (and
+    # would ask for the node's worker ports, which its ams serve holds)
+    f"sys.exit(main(['serve', '--config', '/etc/ams/ams.yml', '--host', '{SHIFTED_NODE}', '--port', '{SHIFTED_PORT}', "
+    "'--workers', '1']))"
 )
 
 

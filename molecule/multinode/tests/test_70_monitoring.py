@@ -40,10 +40,13 @@ def prometheus(path: str, **params: str) -> Any:
 
 
 def targets() -> dict[str, dict[str, str]]:
-    """job -> {node label: health} of every active target."""
+    """job -> {node label: health} of every active target; a node with several targets (the AMS
+    workers, each at its own port) is "up" when every one of them is."""
     found: dict[str, dict[str, str]] = {}
     for target in prometheus("targets", state="active")["activeTargets"]:
-        found.setdefault(target["labels"]["job"], {})[target["labels"]["node"]] = target["health"]
+        nodes = found.setdefault(target["labels"]["job"], {})
+        node = target["labels"]["node"]
+        nodes[node] = target["health"] if nodes.get(node, "up") == "up" else nodes[node]
     return found
 
 

@@ -204,7 +204,8 @@ def kill_the_streams_node(stream: Stream, publishing: Publishing) -> dict[str, A
             every=0.2,
         )
         resumed = time.monotonic() - killed
-        wait_until(lambda: ams_back(node, pid), f"{node}'s ams running again and UP in haproxy", timeout=180)
+        # 58 s to 91 s with make test beside the scenario (CI): two workers start on a busy machine
+        wait_until(lambda: ams_back(node, pid), f"{node}'s ams running again and UP in haproxy", timeout=300)
         back = time.monotonic() - killed
         time.sleep(3)
     published = publishing.answered()
@@ -222,7 +223,7 @@ def kill_the_streams_node(stream: Stream, publishing: Publishing) -> dict[str, A
     }
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_a_streaming_subscriber_survives_the_kill_of_its_node_and_loses_nothing(project: str) -> None:
     wait_until(all_up, "all AMS nodes UP in haproxy")
     topic, sub = make_topic(project, exactly_once=False)
@@ -231,7 +232,7 @@ def test_a_streaming_subscriber_survives_the_kill_of_its_node_and_loses_nothing(
     report("pubsub_grpc_streaming_node_killed", figures)
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(600)
 def test_exactly_once_delivers_no_acknowledged_message_again_across_a_node_kill(project: str) -> None:
     wait_until(all_up, "all AMS nodes UP in haproxy")
     topic, sub = make_topic(project, exactly_once=True)
