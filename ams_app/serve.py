@@ -14,6 +14,7 @@ import os  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
 import socket  # noqa: E402
+import ssl  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from http import HTTPStatus  # noqa: E402
@@ -157,6 +158,16 @@ class Handler(WSGIHandler):  # type: ignore[misc]
             self.server.refused("head_timeout")
             return ("408", _HEAD_TOO_SLOW)
         return super()._handle_client_error(ex)
+
+    def handle_error(self, t: Any, v: Any, tb: Any) -> None:
+        # pywsgi lets a client that hung up during its answer go quietly only on EPIPE and
+        # ECONNRESET; over TLS the same departure is an SSLEOFError (or a close_notify, an
+        # SSLZeroReturnError), which it would log as a server fault, traceback and all
+        if isinstance(v, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError)):
+            self.close_connection = True
+            self.log_error("client went away during the answer (from %s): %s", self.client_address, v)
+            return
+        super().handle_error(t, v, tb)
 
     def _refuse(self, answer: bytes, why: str, linger: bool) -> None:
         """Answer ``answer`` and close; with ``linger``, after reading a bounded rest of the body."""

@@ -11,6 +11,8 @@ import contextlib
 import json
 import select
 import socket
+import ssl
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -182,3 +184,30 @@ def test_waiting_pulls_do_not_block_other_requests(api: Api, project: str, topic
             assert time.monotonic() - started < 1.0, path
     for w in waiters:
         w.join(10)
+
+
+def test_tls_clients_that_hang_up_during_the_answer_leave_no_traceback(make_server: Any) -> None:
+    """A TLS client that asks for a large answer and goes before reading it (a health checker, a
+    killed consumer) is not a server fault: the log says so in a line, without a traceback, and the
+    server serves on."""
+    server: AmsServer = make_server()
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    request = f"GET /v1/openapi.json HTTP/1.1\r\nHost: {server.host}\r\n\r\n".encode()
+    for abrupt in (False, True) * 10:
+        raw = socket.socket()
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # the answer cannot all fit in it
+        raw.settimeout(10)
+        raw.connect(("127.0.0.1", server.port))
+        tls = context.wrap_socket(raw)  # takes over the socket
+        tls.sendall(request)
+        tls.recv(1)  # the answer has begun
+        if abrupt:  # a reset, not a FIN
+            tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        tls.close()  # no close_notify: the connection just ends
+    assert status_served(server) == 200
+    assert server.stop() == 0  # whatever the server buffered is written
+    log = server.log()
+    assert "Traceback" not in log, log
+    assert "went away during the answer" in log, log
