@@ -201,13 +201,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="molecule_run.py", description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("scenarios", nargs="*", help="scenario names (default: every molecule/*/molecule.yml)")
     parser.add_argument("--jobs", type=int, default=2, help="scenarios at once (default 2)")
+    parser.add_argument(
+        "--except",
+        dest="excluded",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="leave this scenario out (repeatable; .ci/run runs multinode on its own)",
+    )
     args = parser.parse_args(argv)
     known = all_scenarios()
-    names = args.scenarios or known
-    unknown = [n for n in names if n not in known]
-    if not names or unknown:
+    named = args.scenarios or known
+    unknown = [n for n in [*named, *args.excluded] if n not in known]
+    if not named or unknown:
         print(f"molecule_run.py: no such scenario {unknown} (known: {known})", file=sys.stderr)
         return 2
+    names = [n for n in named if n not in args.excluded]
+    if not names:
+        say("no scenario left to run")
+        return 0
     LOGS.mkdir(parents=True, exist_ok=True)
     durations = _load_durations()
     order = longest_first(names, durations)

@@ -113,6 +113,14 @@ def test_a_stop_kills_a_running_scenario_with_its_children() -> None:
     assert toolkit.wait_gone(child, "sleep 60", 5.0)
 
 
+def test_except_leaves_scenarios_out_and_refuses_an_unknown_one(capsys: pytest.CaptureFixture[str]) -> None:
+    """.ci/run runs multinode on its own and then the others with ``--except multinode``."""
+    assert molecule_run.main(["ams", "--except", "ams"]) == 0  # nothing left: nothing started
+    assert "no scenario left to run" in capsys.readouterr().out
+    assert molecule_run.main(["--except", "no-such-scenario"]) == 2
+    assert "no-such-scenario" in capsys.readouterr().err
+
+
 def test_every_role_is_converged_by_a_scenario() -> None:
     """A role has a scenario of its own, or a scenario converges playbooks/site.yml, which applies it
     or a role that imports it (molecule/multinode took over the zookeeper, kafka and spark
