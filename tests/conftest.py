@@ -17,6 +17,10 @@ from tests.inprocess import InProcessServer, WsgiAdapter
 from tests.openapi_check import ResponseChecker, load_document
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# The Spark JVMs the tests start (tools/spark_cluster.py's daemons, drivers and executors, and the
+# local sessions) each live seconds to minutes: the C2 compiler's work would never pay back, and
+# a parallel collector's threads only add to the load (a third of the Spark tests' CPU).
+os.environ.setdefault("AMS_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 #: Backends the API tests run against: both, unless AMS_TEST_BACKENDS narrows it (make test-fast).
 BACKENDS = [b for b in os.environ.get("AMS_TEST_BACKENDS", "embedded,kafka").split(",") if b]
 

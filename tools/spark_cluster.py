@@ -58,6 +58,23 @@ PORT_RETRIES = 8
 RESERVED_PORTS = frozenset({8080, 8085, 8443, 8444, 12181, 19092, 27018, *range(18081, 18090), *range(18181, 18190)})
 WORKER_CORES = 1
 WORKER_MEMORY = "1g"
+#: JVM options for the cluster's daemons, its drivers and their executors, when this variable
+#: names some: the test suite's (tests/conftest.py), whose jobs last seconds, ask for JVMs that
+#: start cheaply. Unset (`make spark-up`, benchmarks/spark_jobs.py), Spark's JVMs are as Java makes them.
+JAVA_OPTIONS_ENV = "AMS_SPARK_JAVA_OPTIONS"
+
+
+def java_options() -> str:
+    return os.environ.get(JAVA_OPTIONS_ENV, "").strip()
+
+
+def java_options_conf() -> dict[str, str]:
+    """The driver's and the executors' ``extraJavaOptions`` from ``JAVA_OPTIONS_ENV`` (none when unset)."""
+    options = java_options()
+    if not options:
+        return {}
+    return {"spark.driver.extraJavaOptions": options, "spark.executor.extraJavaOptions": options}
+
 
 # --- places ---------------------------------------------------------------------------------
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,6 +187,8 @@ def process_env(spark_home: Path, python: str, base: Mapping[str, str] | None = 
             "PYSPARK_DRIVER_PYTHON": python,
         }
     )
+    if java_options():  # the master's and the worker's own JVMs
+        env["SPARK_DAEMON_JAVA_OPTS"] = java_options()
     return env
 
 
@@ -225,6 +244,7 @@ def submit_argv(
         "spark.driver.blockManager.port": str(DRIVER_BLOCK_MANAGER_PORT),
         "spark.blockManager.port": str(BLOCK_MANAGER_PORT),
         "spark.port.maxRetries": str(PORT_RETRIES),
+        **java_options_conf(),
         **(conf or {}),
     }
     argv = [

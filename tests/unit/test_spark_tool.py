@@ -196,6 +196,25 @@ def test_submit_command_line() -> None:
     assert bare[-1] == "/x.py"
 
 
+def test_java_options_reach_the_daemons_drivers_and_executors_only_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's quick JVMs (tests/conftest.py); unset, Spark's JVMs are left as they are."""
+
+    def confs() -> dict[str, str]:
+        argv = spark_cluster.submit_argv(HOME, Path("/x.py"), [], ports=spark_cluster.Ports(), jars=[], py_files=None)
+        return dict(argv[i + 1].split("=", 1) for i, arg in enumerate(argv) if arg == "--conf")
+
+    monkeypatch.setenv(spark_cluster.JAVA_OPTIONS_ENV, "-XX:TieredStopAtLevel=1")
+    assert spark_cluster.process_env(HOME, "/py", {})["SPARK_DAEMON_JAVA_OPTS"] == "-XX:TieredStopAtLevel=1"
+    assert (
+        confs()["spark.driver.extraJavaOptions"]
+        == confs()["spark.executor.extraJavaOptions"]
+        == "-XX:TieredStopAtLevel=1"
+    )
+    monkeypatch.setenv(spark_cluster.JAVA_OPTIONS_ENV, "")
+    assert "SPARK_DAEMON_JAVA_OPTS" not in spark_cluster.process_env(HOME, "/py", {})
+    assert not {"spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"} & set(confs())
+
+
 def test_process_env_keeps_everything_on_loopback_and_under_the_cache() -> None:
     env = spark_cluster.process_env(HOME, "/venv/bin/python", {"PATH": "/usr/bin", "SPARK_HOME": "/elsewhere"})
     assert env["PATH"] == "/usr/bin"

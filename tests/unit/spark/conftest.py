@@ -44,6 +44,7 @@ def spark() -> Iterator[SparkSession]:
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.extraJavaOptions": os.environ.get("AMS_SPARK_JAVA_OPTIONS", ""),  # tests/conftest.py
         },
     )
     yield session
