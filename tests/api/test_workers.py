@@ -166,13 +166,20 @@ def _grpc_pulls(node: Node, base: str) -> float:
     )
 
 
+def _new_subscription(node: Node, base: str, prefix: str) -> tuple[str, str, str, str]:
+    """A new project with a topic and a subscription to it (60 s ack deadline), made through the
+    worker at ``base``: the project's, the topic's and the subscription's names, and its API path."""
+    project, topic, sub = unique(prefix), unique("t"), unique("s")
+    node.call(base, "POST", f"/projects/{project}", {"description": "workers"})
+    node.call(base, "PUT", f"/projects/{project}/topics/{topic}")
+    path = f"/projects/{project}/subscriptions/{sub}"
+    node.call(base, "PUT", path, {"topic": f"projects/{project}/topics/{topic}", "ackDeadlineSeconds": 60})
+    return project, topic, sub, path
+
+
 def test_a_subscription_owned_by_one_worker_is_served_through_the_other(node: Node) -> None:
     w0, w1 = node.own
-    project, topic, sub = unique("wp"), unique("t"), unique("s")
-    node.call(w0, "POST", f"/projects/{project}", {"description": "workers"})
-    node.call(w0, "PUT", f"/projects/{project}/topics/{topic}")
-    path = f"/projects/{project}/subscriptions/{sub}"
-    node.call(w0, "PUT", path, {"topic": f"projects/{project}/topics/{topic}", "ackDeadlineSeconds": 60})
+    project, topic, sub, path = _new_subscription(node, w0, "wp")
     # the first request claims the subscription: worker 1 owns it
     assert node.call(w1, "POST", f"{path}:pull", {"maxMessages": 1, "returnImmediately": True}) == {
         "receivedMessages": []
@@ -220,11 +227,7 @@ def test_a_subscription_owned_by_one_worker_is_served_through_the_other(node: No
 
 def test_a_killed_worker_is_replaced_and_serves_again(node: Node) -> None:
     w0, w1 = node.own
-    project, topic, sub = unique("wk"), unique("t"), unique("s")
-    node.call(w0, "POST", f"/projects/{project}", {"description": "a worker killed"})
-    node.call(w0, "PUT", f"/projects/{project}/topics/{topic}")
-    path = f"/projects/{project}/subscriptions/{sub}"
-    node.call(w0, "PUT", path, {"topic": f"projects/{project}/topics/{topic}", "ackDeadlineSeconds": 60})
+    project, topic, sub, path = _new_subscription(node, w0, "wk")
     node.call(w1, "POST", f"{path}:pull", {"maxMessages": 1, "returnImmediately": True})  # worker 1 owns it
     node.call(w0, "POST", f"/projects/{project}/topics/{topic}:publish", {"messages": [{"data": b64("k")}]})
     before = _worker_pids(node)
