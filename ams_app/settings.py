@@ -161,6 +161,9 @@ class Settings:
     #: At most this many series per per-topic or per-subscription family on the Prometheus page
     #: (the largest first; per-project figures are always whole; docs/monitoring.md). 0: none.
     prometheus_series_limit: int = setting(500, at_least=0)
+    #: Seconds a scrape of /metrics waits for the service-wide figures it starts computing; when
+    #: they take longer, the page has the last ones computed, with their age (docs/monitoring.md).
+    prometheus_figures_wait: float = setting(3.0, at_least=0)
     #: Host name reported by /v1/version (omitted when empty).
     proxy_hostname: str = ""
     #: TCP port of Google's Pub/Sub v1 gRPC API on ``host`` (docs/pubsub.md), with TLS when

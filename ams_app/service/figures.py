@@ -26,12 +26,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import gevent
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from ams_app.models import subscription_key
 from ams_app.service import delivery as dl
-from ams_app.service.base import oldest_unacked_age, topic_key
+from ams_app.service.base import topic_key
 
 if TYPE_CHECKING:
     from ams_app.backends.log import MessageLog
@@ -74,27 +75,53 @@ class ServiceFigures(Collector):
         self.store, self.log, self.usage, self.limit = store, log, usage, limit
         #: the cursor of a subscription this node owns, fresher than the store's (consume_owner)
         self.held = held
+        #: publish times of the oldest unacknowledged messages the last round read, and this
+        #: round's: by subscription (its creation too, so that one made again under the same name
+        #: is not taken for the other) and offset, a message that stays the oldest is read once
+        self._publish_ns: dict[tuple[str, str, int, int], int] = {}
+        self._read_publish_ns: dict[tuple[str, str, int, int], int] = {}
 
     def collect(self) -> Iterator[Metric]:
+        """Compute the figures now and give them (``ams admin metrics``, a one-shot command)."""
+        yield from self.page(self.compute(), None)
+
+    def compute(self) -> Round:
+        """One round: every family, or none when a backend failed (``ok`` false then)."""
         start = time.perf_counter()
-        ok = 1.0
-        families: list[Metric] = []
         try:
-            families = self._families()
+            families, ok = self._families(), True
         except Exception:  # a backend down: say so on the page rather than failing the scrape
             log.warning("metrics: the service-wide figures could not be computed", exc_info=True)
-            ok = 0.0
-        yield from families
+            families, ok = [], False
+        finally:  # what this round did not read again is forgotten (a subscription gone, moved on)
+            self._publish_ns, self._read_publish_ns = self._read_publish_ns, {}
+        return Round(families, ok, time.perf_counter() - start, time.monotonic())
+
+    @staticmethod
+    def page(figures: Round | None, age: float | None) -> Iterator[Metric]:
+        """The round's families and the gauges that say how it went; ``age``: how long ago it ended,
+        for a page that may show an earlier round than the scrape's (``FiguresAside``)."""
+        if figures is not None:
+            yield from figures.families
         status = GaugeMetricFamily(
             "ams_service_figures_ok", "1 when the service-wide figures below could be read from the backends."
         )
-        status.add_metric([], ok)
+        status.add_metric([], 1.0 if figures is not None and figures.ok else 0.0)
         yield status
+        if figures is None:
+            return
         took = GaugeMetricFamily(
             "ams_service_figures_duration_seconds", "How long computing the service-wide figures took."
         )
-        took.add_metric([], time.perf_counter() - start)
+        took.add_metric([], figures.seconds)
         yield took
+        if age is not None:
+            gauge = GaugeMetricFamily(
+                "ams_service_figures_age_seconds",
+                "How long ago the round of service-wide figures on this page ended.",
+            )
+            gauge.add_metric([], age)
+            yield gauge
 
     # ---------------------------------------------------------------------------------------
     def _families(self) -> list[Metric]:
@@ -248,8 +275,70 @@ class ServiceFigures(Collector):
         return states, topics
 
     def _age(self, state: SubState, now_ns: int) -> float:
-        try:
-            return oldest_unacked_age(self.log, topic_key(state.project, state.sub.topic), state.counts, now_ns)
-        except Exception:
-            log.debug("metrics: reading the oldest message of %s", state.sub.name, exc_info=True)
+        counts = state.counts
+        if counts.total <= 0:
             return 0.0
+        sub = state.sub
+        key = (sub.project_uuid, sub.name, sub.created_on, counts.first)
+        publish_ns = self._publish_ns.get(key)
+        if publish_ns is None:
+            try:
+                message = self.log.peek(topic_key(state.project, sub.topic), counts.first)
+            except Exception:
+                log.debug("metrics: reading the oldest message of %s", sub.name, exc_info=True)
+                return 0.0
+            if message is None:
+                return 0.0
+            publish_ns = message.publish_ns
+        self._read_publish_ns[key] = publish_ns
+        return max(0.0, (now_ns - publish_ns) / 1e9)
+
+
+@dataclass
+class Round:
+    """One computation of the service-wide figures."""
+
+    families: list[Metric]
+    ok: bool
+    seconds: float  # how long it took
+    ended: float  # time.monotonic() at its end
+
+
+class FiguresAside(Collector):
+    """The service-wide figures on a server's page, computed aside so that a scrape never waits
+    on them for long (docs/monitoring.md, "What a scrape costs").
+
+    A scrape wants a round that starts after it: it waits at most ``wait`` seconds for the one
+    running to end (starting one when none is) and for the next one after it, if the one running
+    began before the scrape. Then it gives the last round that ended, with its age: the figures of
+    this scrape when the backends answer in time, else the freshest there are, while the round
+    goes on for the next scrape. So slow backends (many subscriptions with backlogs, a loaded
+    broker) make the figures older, never the scrape fail: Prometheus's ``up`` of the node stays
+    about the node. One round at a time per process, however many scrapes come."""
+
+    def __init__(self, figures: ServiceFigures, wait: float) -> None:
+        self.figures, self.wait = figures, wait
+        self._last: Round | None = None
+        self._running: gevent.Greenlet | None = None
+        self._running_since = 0.0
+
+    def collect(self) -> Iterator[Metric]:
+        asked = time.monotonic()
+        deadline = asked + self.wait
+        while True:
+            running = self._running
+            if running is None:
+                self._running_since = time.monotonic()
+                running = self._running = gevent.spawn(self._round)
+            since = self._running_since
+            running.join(timeout=max(0.0, deadline - time.monotonic()))
+            if since >= asked or not running.dead or time.monotonic() >= deadline:
+                break
+        last = self._last
+        yield from ServiceFigures.page(last, None if last is None else time.monotonic() - last.ended)
+
+    def _round(self) -> None:
+        try:
+            self._last = self.figures.compute()
+        finally:
+            self._running = None

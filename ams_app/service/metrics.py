@@ -462,7 +462,9 @@ class MetricsOps(ServiceBase):
                     lambda: [([], float(owners.leases_in_flight()))],
                 )
             )
-        telemetry.add(self._figures())
+        from ams_app.service.figures import FiguresAside
+
+        telemetry.add(FiguresAside(self._figures(), self.settings.prometheus_figures_wait))
 
     def prometheus_page(self, token: str) -> bytes:
         """This process's Prometheus page, for whom ``prometheus_access`` lets read it: anyone

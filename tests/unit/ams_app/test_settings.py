@@ -150,6 +150,7 @@ LITERAL = [
     ("push_max_in_flight", 1, 0),
     ("authn_max_connections", 1, 0),
     ("prometheus_series_limit", 0, -1),
+    ("prometheus_figures_wait", 0, -0.5),
     ("log_retention_seconds", 0, -1),
     ("shutdown_timeout", 0, -0.5),
     ("shutdown_idle_seconds", 0, -0.5),
