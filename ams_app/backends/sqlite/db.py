@@ -170,7 +170,10 @@ class SqliteDb:
                     else:
                         done.set(value)
         finally:
-            self._grouping = False
+            if self._grouped:  # this greenlet was killed: the calls queued after its group wait on another
+                gevent.spawn(self._commit_groups)
+            else:
+                self._grouping = False
 
     def _call_group(self, fns: list[Callable[[sqlite3.Connection], object]]) -> list[tuple[bool, object]]:
         def each(conn: sqlite3.Connection) -> list[tuple[bool, object]]:

@@ -85,3 +85,31 @@ def test_a_failed_transaction_fails_every_call_in_it(db: SqliteDb, monkeypatch: 
     assert all(isinstance(g.exception, sqlite3.OperationalError) for g in calls)
     monkeypatch.undo()
     assert db.run_grouped(_insert(100)) == 1000  # and the next group commits
+
+
+def test_calls_queued_behind_a_killed_commit_are_still_answered(db: SqliteDb, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The greenlet committing the groups killed mid-commit (GreenletExit, as at a shutdown): its
+    group is told so, and the calls queued after it are committed by another, not left waiting."""
+    monkeypatch.setattr(sqlite_db, "GROUP_LIMIT", 5)
+    call_group = db._call_group
+    killed = []
+
+    def killed_once(fns):  # type: ignore[no-untyped-def]
+        if not killed:
+            killed.append(len(fns))
+            raise gevent.GreenletExit
+        return call_group(fns)
+
+    monkeypatch.setattr(db, "_call_group", killed_once)
+    calls = [gevent.spawn(db.run_grouped, _insert(n)) for n in range(0, 140, 7)]  # none refused
+    done = gevent.joinall(calls, timeout=10)
+    assert len(done) == len(calls)  # none left waiting
+    assert killed == [5]
+    # the killed group's calls are told so (gevent counts a greenlet ended by GreenletExit as done,
+    # with the exception as its value); the others are committed
+    told = [g for g in calls if isinstance(g.value, gevent.GreenletExit)]
+    assert len(told) == 5
+    assert sorted(g.value for g in calls if g not in told) == sorted(
+        n * 10 for n, g in zip(range(0, 140, 7), calls, strict=True) if g not in told
+    )
+    assert db.run_grouped(_insert(1000)) == 10000  # and grouping goes on
