@@ -35,6 +35,8 @@ from ams_app.settings import Settings  # noqa: E402
 from ams_app.workers import Role  # noqa: E402
 
 log = logging.getLogger("ams")
+#: pywsgi's error log (ams_app.serve.serve): what the HTTP layer says of connections, not of the API
+_error_log = logging.getLogger("ams.error")
 
 
 _SECRET_IN_URL = re.compile(r"(?<=[?&]key=)[^&\s]+|(?<=/users:byToken/)[^/?\s]+")
@@ -162,10 +164,12 @@ class Handler(WSGIHandler):  # type: ignore[misc]
     def handle_error(self, t: Any, v: Any, tb: Any) -> None:
         # pywsgi lets a client that hung up during its answer go quietly only on EPIPE and
         # ECONNRESET; over TLS the same departure is an SSLEOFError (or a close_notify, an
-        # SSLZeroReturnError), which it would log as a server fault, traceback and all
+        # SSLZeroReturnError), which it would log as a server fault, traceback and all. It is the
+        # client's doing (a health check that reads the status line alone, a scraper's timeout, a
+        # killed consumer): a line at INFO, not an error
         if isinstance(v, (ssl.SSLEOFError, ssl.SSLZeroReturnError, ConnectionError)):
             self.close_connection = True
-            self.log_error("client went away during the answer (from %s): %s", self.client_address, v)
+            _error_log.info("client %s went away during the answer: %s", self.client_address, v)
             return
         super().handle_error(t, v, tb)
 
