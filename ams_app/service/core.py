@@ -122,6 +122,7 @@ class AmsService(ProjectOps, TopicOps, SubscriptionOps, SnapshotOps, Registratio
     def close(self) -> None:
         self.stopping.set()
         self._health_watch.kill()
+        self.figures_aside.close()
         if self.owners is not None:
             self.owners.close()
         self.usage.close()

@@ -342,3 +342,9 @@ class FiguresAside(Collector):
             self._last = self.figures.compute()
         finally:
             self._running = None
+
+    def close(self) -> None:
+        """Stop a round under way (the service is closing its backends)."""
+        running = self._running
+        if running is not None:
+            running.kill(block=True, timeout=2)

@@ -16,10 +16,10 @@ from ams_app.service import delivery as dl
 from ams_app.service.base import ServiceBase, oldest_unacked_age, topic_key
 from ams_app.service.usage import UsageCounters
 from ams_app.telemetry import Telemetry
+from ams_app.timeutil import zulu_seconds
 
 if TYPE_CHECKING:
-    from ams_app.service.figures import ServiceFigures
-from ams_app.timeutil import zulu_seconds
+    from ams_app.service.figures import FiguresAside, ServiceFigures
 
 NS = 1_000_000_000
 _MIN_NS, _MAX_NS = -(2**63), 2**63 - 1  # what the stores can hold
@@ -84,6 +84,8 @@ def _ceil2(value: float) -> float:
 class MetricsOps(ServiceBase):
     usage: UsageCounters
     telemetry: Telemetry
+    #: the service-wide figures of the Prometheus page (register_figures)
+    figures_aside: FiguresAside
 
     def sub_offsets(self, project: Project, sub: Subscription) -> tuple[int, int, int]:  # AmsService's
         raise NotImplementedError
@@ -464,7 +466,8 @@ class MetricsOps(ServiceBase):
             )
         from ams_app.service.figures import FiguresAside
 
-        telemetry.add(FiguresAside(self._figures(), self.settings.prometheus_figures_wait))
+        self.figures_aside = FiguresAside(self._figures(), self.settings.prometheus_figures_wait)
+        telemetry.add(self.figures_aside)
 
     def prometheus_page(self, token: str) -> bytes:
         """This process's Prometheus page, for whom ``prometheus_access`` lets read it: anyone

@@ -188,3 +188,18 @@ def test_the_oldest_unacked_message_is_read_once_while_it_stays_the_oldest(serve
     samples = page(figures)
     assert sample(samples, "ams_subscription_backlog_messages", **labels) == 1
     assert len(peeks) == 3
+
+
+def test_closing_the_service_stops_a_round_under_way(server: InProcessServer) -> None:
+    svc = server.app.extensions["ams"]
+    aside = svc.figures_aside
+    gated = Gated(aside.figures)
+    aside.wait = 0.01
+    page(aside)
+    running = aside._running
+    assert running is not None
+    assert not running.dead  # held at the gate
+    aside.close()
+    assert running.dead
+    assert aside._running is None
+    assert gated.rounds == 1
