@@ -253,6 +253,9 @@ class AmsServer:
             "AMS_GRPC_PORT": str(self.grpc_port),
             "AMS_PULL_WAIT_SECONDS": "2",
             "AMS_SHUTDOWN_IDLE_SECONDS": "0.5",
+            # the figures of a page are those of its scrape, however loaded the machine: the tests
+            # read them right after what they change (the wait itself: tests/unit/ams_app/test_figures_aside.py)
+            "AMS_PROMETHEUS_FIGURES_WAIT": "20",
             **backend_env(backend),
             **(env or {}),
         }

@@ -1,5 +1,6 @@
-"""The service-wide figures for Prometheus, computed from the backends when scraped
-(docs/monitoring.md, "Service-wide figures").
+"""The service-wide figures for Prometheus, computed from the backends: on a server, aside from
+its scrapes (``FiguresAside``); by ``ams admin metrics``, there and then (docs/monitoring.md,
+"Consumers: the service-wide figures" and "What a scrape costs").
 
 Every node computes the same figures from the shared backends, so queries aggregate them with
 ``max by (project, subscription)`` (the alert rules do). ``ams admin metrics`` writes them alone
@@ -11,10 +12,11 @@ largest (traffic families: the most messages; backlog families: the longest back
 worst offenders are always on the page. ``ams_metrics_series_omitted{family}`` says how many
 each family left out; a limit of 0 gives the per-project figures only.
 
-What a scrape costs: one metadata listing per project, one cursor read per subscription, one
-offsets query per topic, and one message read per subscription that is shown with a backlog (for
-the age of its oldest unacknowledged message). The message reads are aside: they move nothing
-the consume path keeps in place (``MessageLog.peek``).
+What a round costs: one metadata listing per project, one cursor read per subscription, one
+offsets query per topic, and one message read per subscription that is shown with a backlog whose
+oldest unacknowledged message is not the one the round before read (for its age; the publish
+times read are kept for the next round). The message reads are aside: they move nothing the
+consume path keeps in place (``MessageLog.peek``).
 """
 
 from __future__ import annotations
