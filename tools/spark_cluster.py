@@ -187,8 +187,9 @@ def process_env(spark_home: Path, python: str, base: Mapping[str, str] | None = 
             "PYSPARK_DRIVER_PYTHON": python,
         }
     )
-    if java_options():  # the master's and the worker's own JVMs
-        env["SPARK_DAEMON_JAVA_OPTS"] = java_options()
+    options = java_options()
+    if options:  # the master's and the worker's own JVMs
+        env["SPARK_DAEMON_JAVA_OPTS"] = options
     return env
 
 

@@ -52,7 +52,7 @@ def reader() -> Iterator[SparkSession]:
             "spark.ui.enabled": "false",
             "spark.sql.shuffle.partitions": "1",
             "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
-            "spark.driver.extraJavaOptions": os.environ.get("AMS_SPARK_JAVA_OPTIONS", ""),  # tests/conftest.py
+            **spark_cluster.java_options_conf(),  # the suite's quick JVMs (tests/conftest.py)
         },
     )
     yield session

@@ -12,6 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from spark.session import get_spark
+from tests.helpers import load_tool
 
 
 def _bare_pyspark_testing() -> None:
@@ -44,7 +45,7 @@ def spark() -> Iterator[SparkSession]:
             "spark.ui.showConsoleProgress": "false",
             "spark.driver.host": "127.0.0.1",
             "spark.driver.bindAddress": "127.0.0.1",
-            "spark.driver.extraJavaOptions": os.environ.get("AMS_SPARK_JAVA_OPTIONS", ""),  # tests/conftest.py
+            **load_tool("spark_cluster").java_options_conf(),  # the suite's quick JVMs (tests/conftest.py)
         },
     )
     yield session
