@@ -389,6 +389,7 @@ class Api:
         self.session = requests.Session()
         self.session.headers["x-api-key"] = TOKEN
         self.empty_with_backlog = 0
+        self.drained_ids: dict[str, list[str]] = {}  # payload: the message ids the last drain got it with
 
     def request(self, method: str, path: str, body: Any = None) -> requests.Response:
         # verify per request: a session's verify loses to REQUESTS_CA_BUNDLE from the environment;
@@ -421,16 +422,21 @@ class Api:
     def drain(self, sub: str, timeout: float = WAIT) -> collections.Counter[str]:
         """Pull and acknowledge until the subscription's offset reaches the end of its topic
         (``:offsets``); every payload's count. Empty answers while a backlog remains (the node's
-        read of the log found nothing in time) are retried, counted in ``empty_with_backlog``."""
+        read of the log found nothing in time) are retried, counted in ``empty_with_backlog``. The
+        message ids each payload came with are in ``drained_ids``."""
         seen: collections.Counter[str] = collections.Counter()
         deadline = time.monotonic() + timeout
         self.empty_with_backlog = 0
+        self.drained_ids = collections.defaultdict(list)
         while True:
             assert time.monotonic() < deadline, f"{sub} not drained within {timeout:.0f}s: {self.offsets(sub)}"
             body = {"maxMessages": "500", "returnImmediately": "true"}
             got = self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:pull", body)["receivedMessages"]
             if got:
-                seen.update(unb64(m["message"]["data"]) for m in got)
+                for m in got:
+                    payload = unb64(m["message"]["data"])
+                    seen[payload] += 1
+                    self.drained_ids[payload].append(m["message"]["messageId"])
                 ack = {"ackIds": [got[-1]["ackId"]]}
                 self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:acknowledge", ack)
                 continue
@@ -535,16 +541,41 @@ class Traffic:
         }
 
 
+def check_log(api: Api, published: list[str], audit: str) -> int:
+    """Read the untouched ``audit`` subscription once: every payload answered 200 is in the log, and
+    no message (a message id) is delivered twice. A payload may be in the log under two message ids,
+    rarely: librdkafka's idempotent producer can write a batch again when a partition's leader
+    changes while it is in flight (docs/ansible.md, "Exactly once in the log?"). Such copies are
+    counted, and more than one in a hundred fails, as a systematic fault would. Returns their count."""
+    api.drain(audit)
+    ids = api.drained_ids
+    missing = [p for p in published if not ids.get(p)]
+    assert not missing, f"{len(missing)} answered 200 but not in the log: {missing[:5]}"
+    twice = {p: ids[p] for p in published if len(set(ids[p])) != len(ids[p])}
+    assert not twice, (
+        f"{len(twice)} delivered twice under one message id (payload: ids): {dict(list(twice.items())[:5])}"
+    )
+    copies = {p: ids[p] for p in published if len(ids[p]) > 1}
+    if copies:
+        print(f"\n[multinode] written twice by the producer (payload: message ids): {dict(list(copies.items())[:5])}")
+    assert len(copies) <= len(published) // 100, (
+        f"{len(copies)} of {len(published)} written more than once: {dict(list(copies.items())[:5])}"
+    )
+    return len(copies)
+
+
 def check_nothing_lost(api: Api, traffic: Traffic, live: str, audit: str) -> dict[str, int]:
-    """Every message answered 200 was pulled from ``live`` (at least once), and the untouched
-    ``audit`` subscription holds each exactly once; the counts lost and redelivered."""
+    """Every message answered 200 was pulled from ``live`` (at least once), and is in the log
+    (``check_log``); the counts lost, redelivered, and written twice."""
     pulled = traffic.pulled + api.drain(live)
     missing = [p for p in traffic.published if pulled[p] == 0]
     assert not missing, f"{len(missing)} answered 200 but never pulled: {missing[:5]}"
-    once = api.drain(audit)
-    wrong = {p: once[p] for p in traffic.published if once[p] != 1}
-    assert not wrong, f"{len(wrong)} not exactly once in the log (payload: count): {dict(list(wrong.items())[:5])}"
-    return {"lost": len(missing), "redelivered": sum(n - 1 for p, n in pulled.items() if n > 1)}
+    copies = check_log(api, traffic.published, audit)
+    return {
+        "lost": len(missing),
+        "redelivered": sum(n - 1 for p, n in pulled.items() if n > 1),
+        "written_twice": copies,
+    }
 
 
 def report(name: str, figures: dict[str, Any]) -> None:
