@@ -18,6 +18,7 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
 
     from ams_app import console
     from ams_app.api import routes
+    from ams_app.api.fastpath import PublishFastPath
     from ams_app.api.pipeline import NameConverter
     from ams_app.authn.manage import mount_on_ams
     from ams_app.backends import open_backends
@@ -38,6 +39,8 @@ def create_app(settings: Settings, service: AmsService | None = None) -> Flask:
     console.register(app)  # public static files, outside the API's pipeline (docs/console.md)
     register_error_handlers(app)
     _measure_requests(app, service)
+    # publishes skip Flask, and leave it whatever they cannot answer alike (ams_app/api/fastpath.py)
+    app.wsgi_app = PublishFastPath(app.wsgi_app, service, settings.max_request_bytes, app.logger)  # type: ignore[method-assign]
     return app
 
 

@@ -29,7 +29,7 @@ _STATUS = {
     503: "UNAVAILABLE",
 }
 
-_CORS = {
+CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Headers": "X-Requested-With, Content-Type, x-api-key",
     "Access-Control-Allow-Methods": "OPTIONS, POST, GET, PUT, DELETE, HEAD",
@@ -43,10 +43,46 @@ def render(error: AmsError) -> Response:
     return Response(json.dumps(error.envelope()), status=error.code, content_type=JSON_TYPE)
 
 
-def register_error_handlers(app: Flask) -> None:
-    @app.errorhandler(AmsError)
-    def _ams(error: AmsError) -> Response:
+def answer_for(error: Exception, method: str, path: str, logger: logging.Logger) -> Response:
+    """The answer to an exception a route raised, other than Werkzeug's own (HTTPException) and
+    ForwardTo: the error handlers below give it, and so does the publish route's fast path
+    (ams_app/api/fastpath.py)."""
+    if isinstance(error, AmsError):
         return render(error)
+    if isinstance(error, BackendUnavailable):
+        # the backend's own failure, while it still answers pings (ams_app/service/guard.py): retry
+        logger.warning("a backend call failed on %s %s: %s", method, path, error)
+        return render(AmsError(503, "Backend Error", "UNAVAILABLE"))
+    if isinstance(error, MessageTooLarge):
+        return render(AmsError.too_large())
+    if isinstance(error, ConnectionFailure):
+        # MongoDB went away under a request (a timeout, a reset): the client may retry
+        logger.warning("the metadata store is unreachable on %s %s: %s", method, path, error)
+        return render(AmsError.unavailable("The metadata store is unavailable"))
+    if isinstance(error, OperationFailure):
+        from ams_app.backends.mongo.store import unstorable_text
+
+        if unstorable_text(error):  # a NUL character, on a store that cannot hold one
+            return render(AmsError.invalid_data("Text with a NUL character cannot be stored or looked up"))
+        logger.error("the metadata store refused %s %s", method, path, exc_info=error)
+        return render(AmsError(500, "Internal Server Error", "INTERNAL_SERVER_ERROR"))
+    logger.error("unhandled error on %s %s", method, path, exc_info=error)
+    return render(AmsError(500, "Internal Server Error", "INTERNAL_SERVER_ERROR"))
+
+
+def with_cors(response: Response) -> Response:
+    """Every answer of the API allows any origin (the original's headers)."""
+    for key, value in CORS_HEADERS.items():
+        response.headers.setdefault(key, value)
+    return response
+
+
+def register_error_handlers(app: Flask) -> None:
+    def answer(error: Exception) -> Response:
+        return answer_for(error, request.method, request.path, app.logger)
+
+    for kind in (AmsError, BackendUnavailable, MessageTooLarge, ConnectionFailure, OperationFailure, Exception):
+        app.register_error_handler(kind, answer)
 
     @app.errorhandler(ForwardTo)
     def _not_owned(target: ForwardTo) -> Response:
@@ -68,38 +104,4 @@ def register_error_handlers(app: Flask) -> None:
             response.headers["Allow"] = ", ".join(valid_methods)
         return response
 
-    @app.errorhandler(BackendUnavailable)
-    def _backend_failed(error: BackendUnavailable) -> Response:
-        # the backend's own failure, while it still answers pings (ams_app/service/guard.py): retry
-        app.logger.warning("a backend call failed on %s %s: %s", request.method, request.path, error)
-        return render(AmsError(503, "Backend Error", "UNAVAILABLE"))
-
-    @app.errorhandler(MessageTooLarge)
-    def _too_large(error: MessageTooLarge) -> Response:
-        return render(AmsError.too_large())
-
-    @app.errorhandler(ConnectionFailure)
-    def _store_unreachable(error: ConnectionFailure) -> Response:
-        # MongoDB went away under a request (a timeout, a reset): the client may retry
-        app.logger.warning("the metadata store is unreachable on %s %s: %s", request.method, request.path, error)
-        return render(AmsError.unavailable("The metadata store is unavailable"))
-
-    @app.errorhandler(OperationFailure)
-    def _store_refused(error: OperationFailure) -> Response:
-        from ams_app.backends.mongo.store import unstorable_text
-
-        if unstorable_text(error):  # a NUL character, on a store that cannot hold one
-            return render(AmsError.invalid_data("Text with a NUL character cannot be stored or looked up"))
-        app.logger.error("the metadata store refused %s %s", request.method, request.path, exc_info=error)
-        return render(AmsError(500, "Internal Server Error", "INTERNAL_SERVER_ERROR"))
-
-    @app.errorhandler(Exception)
-    def _unexpected(error: Exception) -> Response:
-        app.logger.exception("unhandled error on %s %s", request.method, request.path)
-        return render(AmsError(500, "Internal Server Error", "INTERNAL_SERVER_ERROR"))
-
-    @app.after_request
-    def _cors(response: Response) -> Response:
-        for key, value in _CORS.items():
-            response.headers.setdefault(key, value)
-        return response
+    app.after_request(with_cors)

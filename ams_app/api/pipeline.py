@@ -101,7 +101,11 @@ def _lone_surrogate(value: Any) -> bool:
 def body() -> Any:
     """The request body as JSON; None when empty; MALFORMED when it does not parse, or when a
     string in it holds a lone surrogate (it could be neither stored nor echoed as UTF-8)."""
-    raw = request.get_data(cache=True)
+    return parse_body(request.get_data(cache=True))
+
+
+def parse_body(raw: bytes) -> Any:
+    """``body()`` of the bytes ``raw``."""
     if not raw.strip():
         return None
     try:
@@ -131,14 +135,20 @@ def flag(name: str) -> bool:
 
 
 def authenticate(route: str, roles: frozenset[str], view_args: dict[str, str]) -> Ctx:
-    svc = service()
+    repeated = sorted(key for key, values in request.args.lists() if len(values) > 1)
+    return authorise(service(), route, roles, view_args, request_token(), repeated)
+
+
+def authorise(
+    svc: AmsService, route: str, roles: frozenset[str], view_args: dict[str, str], token: str, repeated: list[str]
+) -> Ctx:
+    """The checks of ``authenticate``, on the request's parts: its path's names, its token, and
+    the query parameters it gives more than once."""
     for var in sorted(view_args):
         if not valid_name(view_args[var]):
             raise AmsError.invalid_name(var)
-    repeated = sorted(key for key, values in request.args.lists() if len(values) > 1)
     if repeated:  # which one would count is a guess: refuse rather than pick
         raise AmsError.invalid_data(f"Query parameter {repeated[0]!r} is given more than once")
-    token = request_token()
     caller = svc.caller_for_token(token)
     if caller is None:
         raise AmsError.unauthorized()
