@@ -2,7 +2,7 @@
 
     make services-up
     .venv/bin/python -m benchmarks.publish [--seconds 5] [--rounds 3] [--workers 1]
-                                           [--backends kafka,embedded] [--plain]
+                                           [--backends kafka,embedded] [--plain] [--against REV]
 
 Two loads, each measured round by round, alternating what is measured so that the machine's drift
 hits every row alike; the medians of the rounds are printed, with each row's ratio to the raw
@@ -19,7 +19,9 @@ with a throwaway certificate (``--plain``: HTTP), and loaded by a Go program
 .cache/bin/ams-loadgen on first use), so that the load generator costs the two cores as little as
 it can. Also printed: each server's CPU seconds per 1,000 messages and its processes' resident
 memory after the run (``--workers N`` starts ``ams serve --workers N`` for backend kafka;
-docs/production.md "A process per core").
+docs/production.md "A process per core"). ``--against REV`` adds, for each backend, a service
+running the code of the git revision REV (``git archive``), measured in the same rounds: a change
+compared with what it changes, side by side.
 
 Results and how to read them: docs/benchmarks.md "Publishing against the raw producer".
 """
@@ -148,18 +150,31 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
+def checkout(rev: str, tmp: Path) -> Path:
+    """The tree of the git revision ``rev``, unpacked under ``tmp`` in a folder named by its short hash."""
+    short = subprocess.run(
+        ["git", "rev-parse", "--short", rev], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    target = tmp / short
+    target.mkdir()
+    archive = subprocess.run(["git", "archive", short], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return target
+
+
 class Service:
     """One ``ams serve`` with a project, a topic and a subscription, and the load generator."""
 
-    def __init__(self, backend: str, workers: int, tls: tuple[str, str, str] | None, tmp: Path) -> None:
+    def __init__(
+        self, backend: str, workers: int, tls: tuple[str, str, str] | None, tmp: Path, source: Path | None = None
+    ) -> None:
         self.backend = backend
         env = (
             {"AMS_LOG_LEVEL": "WARNING", "AMS_WORKERS": str(workers)} if workers != 1 else {"AMS_LOG_LEVEL": "WARNING"}
         )
         self.tls = tls
-        self.server = AmsServer(
-            tmp / f"data-{backend}", env=env, backend=backend, tls=(tls[1], tls[2]) if tls else None
-        )
+        data = tmp / f"data-{backend}{'-' + source.name if source else ''}"
+        self.server = AmsServer(data, env=env, backend=backend, tls=(tls[1], tls[2]) if tls else None, source=source)
         self.bodies = tmp
 
     def __enter__(self) -> Service:
@@ -224,6 +239,7 @@ def main() -> int:
     parser.add_argument("--backends", default="kafka,embedded", help="comma-separated: kafka, embedded")
     parser.add_argument("--loads", default="batch,single", help="comma-separated: batch, single")
     parser.add_argument("--plain", action="store_true", help="HTTP instead of HTTPS")
+    parser.add_argument("--against", metavar="REV", help="also measure the code of this git revision")
     args = parser.parse_args()
     bootstrap = service_settings().get("AMS_KAFKA_BOOTSTRAP_SERVERS")
     if not bootstrap:
@@ -236,7 +252,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         tls = None if args.plain else throwaway_tls(tmp)
+        labels = list(backends)
         services = {b: Service(b, args.workers if b == "kafka" else 1, tls, tmp).__enter__() for b in backends}
+        if args.against:
+            source = checkout(args.against, tmp)
+            for b in backends:
+                label = f"{b} @{source.name}"
+                labels.append(label)
+                services[label] = Service(b, args.workers if b == "kafka" else 1, tls, tmp, source).__enter__()
         try:
             for round_ in range(args.rounds):
                 for name in loads:
@@ -244,14 +267,14 @@ def main() -> int:
                     runs: list[tuple[str, Callable[[], dict[str, float]]]] = [
                         ("raw producer", partial(raw, bootstrap, *load, args.seconds))
                     ]
-                    runs += [(b, partial(services[b].run, *load, args.seconds)) for b in backends]
+                    runs += [(b, partial(services[b].run, *load, args.seconds)) for b in labels]
                     if round_ % 2:
                         runs.reverse()
                     for label, measure in runs:
                         result = measure()
                         results.setdefault((name, label), []).append(result)
                         print(
-                            f"round {round_ + 1} {name:6} {label:12} {result['rate']:>10,.0f} msg/s "
+                            f"round {round_ + 1} {name:6} {label:20} {result['rate']:>10,.0f} msg/s "
                             f"p50 {result['p50_ms']:.2f} ms",
                             flush=True,
                         )
@@ -271,7 +294,7 @@ def main() -> int:
         clients, batch, size = LOADS[name]
         load = f"{clients}x{batch}x{size} B"
         base = statistics.median(r["rate"] for r in results[(name, "raw producer")])
-        for label in ["raw producer", *backends]:
+        for label in ["raw producer", *labels]:
             rows = results[(name, label)]
             rate = statistics.median(r["rate"] for r in rows)
             p50 = statistics.median(r["p50_ms"] for r in rows)
@@ -281,7 +304,7 @@ def main() -> int:
                 continue
             cpu = statistics.median(r["cpu_ms_per_1000"] for r in rows) / 1000
             rss = rows[-1]["rss_mib"]
-            what = label if label == "embedded" else f"{label}, {args.workers} worker(s)"
+            what = label if label.startswith("embedded") else f"{label}, {args.workers} worker(s)"
             print(
                 f"| {load} | {what} | {rate:,.0f} | {rate / base:.1%} | {p50:.2f} | {p99:.2f} | "
                 f"{cpu:.3f} | {rss:.0f} ({rows[-1]['processes']:.0f}) |"

@@ -235,9 +235,11 @@ class AmsServer:
         clock_shift: float = 0.0,
         listen: tuple[str, int] | None = None,
         args: Sequence[str] = (),
+        source: Path | None = None,
     ) -> None:
         self.backend = backend
         self.args = list(args)  # more of ams serve's command line, e.g. ["--workers", "2"]
+        self.source = source  # another tree of the code to run (benchmarks/publish.py --against)
         self.clock_shift = clock_shift  # seconds added to its wall clock (tests/shifted_clock.py)
         self.data_dir = data_dir
         self.tls = tls
@@ -284,8 +286,10 @@ class AmsServer:
             cmd += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
         cmd += self.args
         env = {**os.environ, "AMS_SERVICE_TOKEN": self.token, **self.env}
+        if self.source is not None:
+            env["PYTHONPATH"] = str(self.source)
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, cwd=self.source or ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
