@@ -252,14 +252,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         tls = None if args.plain else throwaway_tls(tmp)
+        workers = {b: args.workers if b == "kafka" else 1 for b in backends}
         labels = list(backends)
-        services = {b: Service(b, args.workers if b == "kafka" else 1, tls, tmp).__enter__() for b in backends}
+        services = {b: Service(b, workers[b], tls, tmp).__enter__() for b in backends}
         if args.against:
             source = checkout(args.against, tmp)
             for b in backends:
                 label = f"{b} @{source.name}"
                 labels.append(label)
-                services[label] = Service(b, args.workers if b == "kafka" else 1, tls, tmp, source).__enter__()
+                services[label] = Service(b, workers[b], tls, tmp, source).__enter__()
         try:
             for round_ in range(args.rounds):
                 for name in loads:

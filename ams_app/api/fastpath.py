@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ams_app.api.pipeline import JSON_TYPE, MALFORMED, ROUTE_ROLES, authorise, parse_body
+from ams_app.api.pipeline import JSON_TYPE, MALFORMED, ROUTE_ROLES, NameConverter, authorise, parse_body
 from ams_app.errors import AmsError
 from ams_app.errors_http import CORS_HEADERS, answer_for, with_cors
 from ams_app.jsoncodec import dumps
@@ -37,8 +37,8 @@ from ams_app.service import requests
 from ams_app.service.core import AmsService
 
 ROUTE = "topics:publish"
-#: The route's path as Werkzeug matches it (``NameConverter``: a segment up to ``/`` or ``:``).
-_PATH = re.compile(r"/v1/projects/([^/:]+)/topics/([^/:]+):publish")
+#: The route's path as Werkzeug matches it, with the same converter for the names.
+_PATH = re.compile(rf"/v1/projects/({NameConverter.regex})/topics/({NameConverter.regex}):publish")
 #: A query string that Werkzeug and this layer read alike: no escapes, no ``+``, no ``;``.
 _PLAIN_QUERY = re.compile(r"[A-Za-z0-9._~=&-]*")
 _CORS = list(CORS_HEADERS.items())
@@ -84,16 +84,11 @@ class PublishFastPath:
     ) -> tuple[str, list[tuple[str, str]], bytes] | None:
         """The answer to the publish; None to leave the request to the app."""
         args: dict[str, str] = {}
-        repeated: list[str] = []
         for pair in query.split("&") if query else ():
             key, _, value = pair.partition("=")
-            if not key:
-                return None  # Werkzeug's reading of an empty name is not worth matching here
-            if key in args:
-                repeated.append(key)
-            args.setdefault(key, value)
-        if set(args) - {"key"} or repeated:
-            return None
+            if key != "key" or key in args:  # another parameter, or one given twice: the app's
+                return None
+            args[key] = value
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:

@@ -424,7 +424,6 @@ class Api:
         (``:offsets``); every payload's count. Empty answers while a backlog remains (the node's
         read of the log found nothing in time) are retried, counted in ``empty_with_backlog``. The
         message ids each payload came with are in ``drained_ids``."""
-        seen: collections.Counter[str] = collections.Counter()
         deadline = time.monotonic() + timeout
         self.empty_with_backlog = 0
         self.drained_ids = collections.defaultdict(list)
@@ -434,15 +433,13 @@ class Api:
             got = self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:pull", body)["receivedMessages"]
             if got:
                 for m in got:
-                    payload = unb64(m["message"]["data"])
-                    seen[payload] += 1
-                    self.drained_ids[payload].append(m["message"]["messageId"])
+                    self.drained_ids[unb64(m["message"]["data"])].append(m["message"]["messageId"])
                 ack = {"ackIds": [got[-1]["ackId"]]}
                 self.call("POST", f"/projects/{PROJECT}/subscriptions/{sub}:acknowledge", ack)
                 continue
             offsets = self.offsets(sub)
             if offsets["current"] >= offsets["max"]:
-                return seen
+                return collections.Counter({p: len(ids) for p, ids in self.drained_ids.items()})
             self.empty_with_backlog += 1
             time.sleep(0.5)
 
