@@ -199,6 +199,12 @@ def message(body: str) -> str:
         return body[:80]
 
 
+def slowest(calls: list[Call]) -> str:
+    """The slowest of ``calls``, told as kind, status, seconds and answer."""
+    c = max(calls, key=lambda c: c.seconds, default=None)
+    return "" if c is None else f"{c.kind} {c.status} {c.seconds:.2f}s {message(c.body)}"
+
+
 def record(service: str, figures: dict[str, Any]) -> None:
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     results[service] = figures
@@ -240,7 +246,11 @@ def test_an_outage_fails_fast_loses_nothing_and_heals_itself(cluster: Any, servi
             time.sleep(0.5)
 
     during = [c for c in traffic.calls if down_at <= c.started <= up_at]
-    found = [c for c in during if c.started >= down_at + DETECT_SECONDS]
+    # found down and surely still gone: a call that starts after restart_at may meet a broker that is
+    # starting, which answers the ping before it leads its partitions, and wait on it (a CI run saw a
+    # publish answered "503 Backend Error" after 3.54 s there); those are bound by the outage's limit
+    found = [c for c in during if down_at + DETECT_SECONDS <= c.started <= restart_at]
+    starting = [c for c in during if c.started > restart_at]
     failed = [c for c in traffic.calls if c.status != 200 and c.kind != "probe"]
     figures = {
         "requests": len(traffic.calls),
@@ -249,6 +259,8 @@ def test_an_outage_fails_fast_loses_nothing_and_heals_itself(cluster: Any, servi
         "failed_by_answer": dict(Counter(f"{c.status} {message(c.body)}" for c in failed).most_common()),
         "slowest_during_outage_s": round(max((c.seconds for c in during), default=0.0), 2),
         "slowest_once_found_s": round(max((c.seconds for c in found), default=0.0), 2),
+        "slowest_once_found": slowest(found),
+        "slowest_while_starting_s": round(max((c.seconds for c in starting), default=0.0), 2),
         "published": len(traffic.published),
         "lost": len(traffic.published - traffic.delivered),
         "delivered_ack_unanswered": len(traffic.delivered - traffic.received),
@@ -281,9 +293,9 @@ def test_an_outage_fails_fast_loses_nothing_and_heals_itself(cluster: Any, servi
     # back to the live ones) and name it. Not after restart_at: a broker that is starting answers the
     # health check's ping before it leads its partitions, and a publish meanwhile is told Kafka's own
     # "503 Backend Error" (ams_app/service/guard.py), which is right (checked as 503 above)
-    found_failed = [c for c in found if c.status != 200 and c.started <= restart_at]
+    found_failed = [c for c in found if c.status != 200]
     assert all(NAMED[service].lower() in message(c.body).lower() for c in found_failed), figures
-    published_meanwhile = [c for c in found if c.kind == "publish" and c.status == 200 and c.started <= restart_at]
+    published_meanwhile = [c for c in found if c.kind == "publish" and c.status == 200]
     if service == "kafka":
         assert found_failed, figures  # neither publishing nor pulling can work without the broker
     elif service == "ferretdb":  # publishing goes on, on the metadata cached on every node
