@@ -33,6 +33,30 @@ CREATE TABLE IF NOT EXISTS messages (
 CREATE INDEX IF NOT EXISTS messages_by_time ON messages (key, publish_ns);
 """
 
+#: Version 4: the messages in a table with rowids. WITHOUT ROWID keeps each whole row in the key's
+#: B-tree, where a page of 4 KB holds rows of up to about 1 KB inline: a message of 1 KB went to an
+#: overflow page of its own, the file grew three times as large as its data, and inserts cost twice
+#: as much (docs/benchmarks.md, "The embedded log's table"). The time index names the offset, which
+#: the old table's index held implicitly, so the first message at or after a time is still found
+#: in the index alone, without a sort. A data directory's first start on this version copies its
+#: messages once, in one transaction.
+ROWID_TABLE = """
+CREATE TABLE messages_rowid (
+    key TEXT NOT NULL,
+    offset INTEGER NOT NULL,
+    publish_ns INTEGER NOT NULL,
+    attributes TEXT NOT NULL,
+    data TEXT NOT NULL,
+    ordering_key TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (key, offset)
+);
+INSERT INTO messages_rowid (key, offset, publish_ns, attributes, data, ordering_key)
+    SELECT key, offset, publish_ns, attributes, data, ordering_key FROM messages ORDER BY key, offset;
+DROP TABLE messages;
+ALTER TABLE messages_rowid RENAME TO messages;
+CREATE INDEX messages_by_time ON messages (key, publish_ns, offset);
+"""
+
 #: The schema's migrations, in order (ams_app/backends/sqlite/db.py). Append; never edit one that
 #: has shipped.
 MIGRATIONS = (
@@ -41,6 +65,8 @@ MIGRATIONS = (
     "ALTER TABLE messages ADD COLUMN ordering_key TEXT NOT NULL DEFAULT '';",
     # 3: a topic's own retention (messageRetentionDuration), 0 for the log's
     "ALTER TABLE log_topics ADD COLUMN retention_ns INTEGER NOT NULL DEFAULT 0;",
+    # 4: the messages in a table with rowids
+    ROWID_TABLE,
 )
 
 #: How often waiting pulls re-check the log when nothing woke them (another process may write).

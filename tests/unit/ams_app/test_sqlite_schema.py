@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ams_app.backends.log import NewMessage
 from ams_app.backends.sqlite import log as sqlite_log
 from ams_app.backends.sqlite import store as sqlite_store
 from ams_app.backends.sqlite.db import SchemaTooNew, migrate, schema_version, statements
@@ -74,6 +75,52 @@ def test_a_database_of_the_version_before_snapshots_upgrades_and_keeps_its_data(
     finally:
         store.close()
     assert "snapshots_by_subscription" in indexes(path)
+
+
+def test_messages_written_without_rowids_move_to_the_rowid_table_whole(tmp_path: Path) -> None:
+    path = tmp_path / "messages.db"
+    before = sqlite_log.MIGRATIONS.index(sqlite_log.ROWID_TABLE)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        migrate(conn, sqlite_log.MIGRATIONS[:before])
+    rows = [  # as that version wrote them: two topics, attributes, ordering keys, a trimmed start
+        ("projects/p/topics/a", offset, 1_000 + offset // 2, json.dumps({"n": str(offset)}), b64(f"a{offset}"), key)
+        for offset, key in ((3, ""), (4, "k"), (5, ""), (6, "k"))
+    ] + [("projects/p/topics/b", 0, 7, "{}", b64("b0"), "")]
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.executemany(
+            "INSERT INTO log_topics (key, next_offset, min_offset, last_ns) VALUES (?,?,?,?)",
+            [("projects/p/topics/a", 7, 3, 1_003), ("projects/p/topics/b", 1, 0, 7)],
+        )
+        conn.executemany(
+            "INSERT INTO messages (key, offset, publish_ns, attributes, data, ordering_key) VALUES (?,?,?,?,?,?)", rows
+        )
+        assert "WITHOUT ROWID" in conn.execute("SELECT sql FROM sqlite_master WHERE name='messages'").fetchone()[0]
+
+    log = sqlite_log.SqliteMessageLog(str(path))
+    try:
+        assert version_of(path) == LATEST["messages"]
+        a = log.read("projects/p/topics/a", 0, 100, 10**6)
+        assert [(m.offset, m.publish_ns, m.attributes, m.data, m.ordering_key) for m in a] == [
+            (r[1], r[2], json.loads(r[3]), r[4], r[5]) for r in rows[:4]
+        ]
+        assert log.bounds("projects/p/topics/a") == (3, 7)
+        assert log.offset_for_time("projects/p/topics/a", 1_002) == 4  # the first of 4 and 5, both at 1,002
+        assert log.offset_for_time("projects/p/topics/a", 1_004) is None
+        assert [m.data for m in log.read("projects/p/topics/b", 0, 100, 10**6)] == [b64("b0")]
+        stored = log.append("projects/p/topics/a", [NewMessage(b64("next"), {})])
+        assert [m.offset for m in stored] == [7]  # ids go on from where they were
+    finally:
+        log.close()
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        table = conn.execute("SELECT sql FROM sqlite_master WHERE name='messages'").fetchone()[0]
+        assert "WITHOUT ROWID" not in table
+        plan = conn.execute(
+            "EXPLAIN QUERY PLAN SELECT offset FROM messages WHERE key=? AND publish_ns>=?"
+            " ORDER BY publish_ns, offset LIMIT 1",
+            ("k", 0),
+        ).fetchall()
+        assert "COVERING INDEX messages_by_time" in str(plan), plan  # found in the index, not sorted
+    assert "messages_rowid" not in {r for r in indexes(path)}
 
 
 def test_schemas_written_before_revisions_get_a_first_revision(tmp_path: Path) -> None:
