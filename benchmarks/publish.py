@@ -21,7 +21,9 @@ it can. Also printed: each server's CPU seconds per 1,000 messages and its proce
 memory after the run (``--workers N`` starts ``ams serve --workers N`` for backend kafka;
 docs/production.md "A process per core"). ``--against REV`` adds, for each backend, a service
 running the code of the git revision REV (``git archive``), measured in the same rounds: a change
-compared with what it changes, side by side.
+compared with what it changes, side by side. The backend ``embedded-memory`` is the embedded
+backend with its data directory in /dev/shm, where an fsync costs nothing: beside ``embedded``, it
+says what the disk's fsync adds to a publish (never a way to run the service).
 
 Results and how to read them: docs/benchmarks.md "Publishing against the raw producer".
 """
@@ -46,6 +48,8 @@ from tests.helpers import ROOT, AmsServer, service_settings
 
 LOADGEN = ROOT / ".cache" / "bin" / "ams-loadgen"
 LOADS = {"batch": (4, 100, 1024), "single": (1, 1, 100)}
+#: The embedded backend on tmpfs, to tell the disk's part (the module's doc).
+MEMORY = "embedded-memory"
 
 
 def loadgen() -> Path:
@@ -173,8 +177,19 @@ class Service:
             {"AMS_LOG_LEVEL": "WARNING", "AMS_WORKERS": str(workers)} if workers != 1 else {"AMS_LOG_LEVEL": "WARNING"}
         )
         self.tls = tls
-        data = tmp / f"data-{backend}{'-' + source.name if source else ''}"
-        self.server = AmsServer(data, env=env, backend=backend, tls=(tls[1], tls[2]) if tls else None, source=source)
+        self.memory: tempfile.TemporaryDirectory[str] | None = None
+        root = tmp
+        if backend == MEMORY:  # tmpfs: fsync is free
+            self.memory = tempfile.TemporaryDirectory(dir="/dev/shm", prefix="ams-bench-")
+            root = Path(self.memory.name)
+        data = root / f"data-{backend}{'-' + source.name if source else ''}"
+        self.server = AmsServer(
+            data,
+            env=env,
+            backend="embedded" if backend == MEMORY else backend,
+            tls=(tls[1], tls[2]) if tls else None,
+            source=source,
+        )
         self.bodies = tmp
 
     def __enter__(self) -> Service:
@@ -187,6 +202,8 @@ class Service:
 
     def __exit__(self, *exc: object) -> None:
         self.server.stop()
+        if self.memory is not None:
+            self.memory.cleanup()
 
     def run(self, clients: int, batch: int, size: int, seconds: float) -> dict[str, float]:
         data = base64.b64encode(os.urandom(size)).decode()
@@ -236,7 +253,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5, help="measured seconds of each load, each round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=1, help="ams serve --workers, backend kafka")
-    parser.add_argument("--backends", default="kafka,embedded", help="comma-separated: kafka, embedded")
+    parser.add_argument("--backends", default="kafka,embedded", help=f"comma-separated: kafka, embedded, {MEMORY}")
     parser.add_argument("--loads", default="batch,single", help="comma-separated: batch, single")
     parser.add_argument("--plain", action="store_true", help="HTTP instead of HTTPS")
     parser.add_argument("--against", metavar="REV", help="also measure the code of this git revision")
