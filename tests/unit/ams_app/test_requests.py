@@ -3,10 +3,15 @@ error otherwise. Shape only: nothing here reaches a store."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
+import string
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ams_app.errors import AmsError
 from ams_app.models import PushConfig
@@ -81,6 +86,48 @@ def test_messages_are_checked_one_by_one_and_against_the_limits() -> None:
         in refused(requests.messages, {"messages": [{"data": "YQ=="}, {"data": "!"}]}, limits).message
     )
     assert refused(requests.messages, {"messages": {}}, limits).message == "Invalid Message Arguments"
+
+
+def strict_size(text: str) -> int | None:
+    """The verdict base64_size must give without decoding: the strict decoder's, but for padding
+    after a whole group ("YWJj="), which it lets pass and RFC 4648, Go's decoder and the original
+    refuse."""
+    stripped = text.rstrip("=")
+    if stripped != text and len(stripped) % 4 == 0:
+        return None
+    try:
+        return len(binascii.a2b_base64(text, strict_mode=True))
+    except (binascii.Error, ValueError):
+        return None
+
+
+#: base64's characters, its padding, and characters it must refuse (URL-safe ones, white space,
+#: non-ASCII), weighted so that valid and nearly valid texts both come up often
+_B64_CHARS = st.sampled_from(list(string.ascii_letters + string.digits + "+/") * 3 + list("====-_ \n\x00é"))
+
+
+@settings(max_examples=3000, deadline=None)
+@given(
+    st.one_of(
+        st.text(_B64_CHARS, max_size=24),
+        st.binary(max_size=40).map(lambda b: base64.b64encode(b).decode()),
+        st.tuples(st.binary(min_size=1, max_size=40), st.integers(0, 60), _B64_CHARS).map(
+            lambda t: (lambda e: e[: t[1] % len(e)] + t[2] + e[t[1] % len(e) :])(base64.b64encode(t[0]).decode())
+        ),
+    )
+)
+def test_base64_is_judged_as_the_strict_decoder_judges_it(text: str) -> None:
+    assert requests.base64_size(text) == strict_size(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["", "YQ==", "YWI=", "YWJj", "A===", "====", "YQ=", "Y===", "YQ==YQ==", "YQ=a", " YQ=", "YWJj=", "YWJj=="]
+)
+def test_base64_edges(text: str) -> None:
+    assert requests.base64_size(text) == strict_size(text)
+    assert requests.base64_size(text) == (
+        None if text not in ("", "YQ==", "YWI=", "YWJj") else len(base64.b64decode(text))
+    )
 
 
 def test_acl_names_come_once_each_in_their_order() -> None:
