@@ -13,6 +13,7 @@ again. A crash loses at most the last ``flush_seconds`` of counts.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -30,8 +31,19 @@ T = TypeVar("T")
 log = logging.getLogger("ams")
 
 
+DAY_NS = 86_400 * NS
+
+
 def day_of(ns: int) -> str:
-    return datetime.fromtimestamp(ns // NS, UTC).strftime("%Y-%m-%d")
+    """The UTC day of the time ``ns`` (nanoseconds since the epoch), as 2026-11-30. A day of POSIX
+    time is 86,400 s, so the day's number names it; the name is kept for the last few days instead
+    of formatted on every publish and pull."""
+    return _day_name(ns // DAY_NS)
+
+
+@functools.lru_cache(maxsize=8)
+def _day_name(day: int) -> str:
+    return datetime.fromtimestamp(day * 86_400, UTC).strftime("%Y-%m-%d")
 
 
 def _combine(stored: Usage, pending: Usage | None) -> Usage:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ams_app.models import Usage, UsageBatch
 from ams_app.service.usage import UsageCounters, day_of
@@ -56,3 +60,13 @@ def test_counts_not_flushed_yet_are_read_from_memory() -> None:
     assert counters.daily_totals(today, today) == {"p": 2, "q": 5}
     counters.flush()
     assert counters.daily_totals(today, today) == {"p": 2, "q": 5}
+
+
+@given(st.integers(0, 4_102_444_800 * 10**9))  # to 2100
+def test_a_day_is_named_as_the_calendar_names_it(ns: int) -> None:
+    assert day_of(ns) == datetime.fromtimestamp(ns // 10**9, UTC).strftime("%Y-%m-%d")
+
+
+def test_the_last_nanosecond_of_a_day_is_in_it() -> None:
+    midnight = 1_796_083_200 * 10**9  # 2026-12-01T00:00:00Z
+    assert (day_of(midnight - 1), day_of(midnight)) == ("2026-11-30", "2026-12-01")
