@@ -31,7 +31,8 @@ T = TypeVar("T")
 log = logging.getLogger("ams")
 
 
-DAY_NS = 86_400 * NS
+DAY_SECONDS = 86_400  # a day of POSIX time
+DAY_NS = DAY_SECONDS * NS
 
 
 def day_of(ns: int) -> str:
@@ -43,7 +44,7 @@ def day_of(ns: int) -> str:
 
 @functools.lru_cache(maxsize=8)
 def _day_name(day: int) -> str:
-    return datetime.fromtimestamp(day * 86_400, UTC).strftime("%Y-%m-%d")
+    return datetime.fromtimestamp(day * DAY_SECONDS, UTC).strftime("%Y-%m-%d")
 
 
 def _combine(stored: Usage, pending: Usage | None) -> Usage:
